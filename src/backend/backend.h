@@ -1,0 +1,199 @@
+/* The backend table: every piece of memory, arithmetic, communication and ordering that the model
+ * (src/model), the sharding engine (src/shard) and the trainer (src/train) need from a device.
+ *
+ * Two implementations fill it: the CPU backend (fp32 math with OpenMP, collectives through
+ * non-blocking MPI) and the CUDA backend (kernels in src/kernels/cuda, cuBLASLt, NCCL bootstrapped by
+ * MPI). Nothing above this header knows which one it runs on.
+ *
+ * Conventions
+ *  - Pointers to tensors are device pointers of the backend (host pointers for the CPU backend).
+ *    Shapes are passed explicitly; all tensors are dense and row-major.
+ *  - "act" tensors (activations, gathered working weights, their gradients) have the backend's
+ *    act_dtype; "grad" tensors (parameter gradients written by backward ops) have grad_dtype;
+ *    statistics (rstd, mean, lse, losses) are always fp32.
+ *  - Parameter gradients are always ACCUMULATED (+=) into their buffer; the sharding engine zeroes
+ *    a unit's gradient buffer when it hands it out. Input gradients are overwritten, except where a
+ *    comment says "+=" (the norms add into the residual-stream gradient).
+ *  - Ops without a stream argument run in order on the backend's compute stream. Ops and
+ *    collectives with a stream argument run in order on that stream; streams are ordered against
+ *    each other only through events.
+ *  - On the CPU, a bf16 tensor is stored as fp32 values rounded to bf16 (dtype_size(BF16) == 4), so
+ *    that bf16 training is emulated with the same code. On the GPU it is real bf16.
+ *  - Linear layers follow PyTorch: weight[out_features, in_features], y = x W^T + b.
+ */
+#ifndef FSDP_BACKEND_BACKEND_H
+#define FSDP_BACKEND_BACKEND_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/dtype.h"
+#include "../base/error.h"
+#include "../kernels/op_args.h"
+
+typedef struct fsdp_backend fsdp_backend;
+typedef struct fsdp_stream fsdp_stream;
+typedef struct fsdp_event fsdp_event;
+typedef struct fsdp_comm fsdp_comm;
+
+typedef struct {
+    const char *kind;      /* "auto", "cpu" or "cuda" */
+    fsdp_dtype act_dtype;  /* compute dtype of activations and working weights */
+    fsdp_dtype grad_dtype; /* dtype of parameter gradients written by backward ops */
+    int local_rank;        /* node-local rank: picks the GPU */
+    int local_size;        /* ranks on this node */
+    int verbose;
+} fsdp_backend_options;
+
+struct fsdp_backend {
+    const char *name;      /* "cpu" or "cuda" */
+    char device_name[128]; /* "CPU (8 threads)", "NVIDIA H200" */
+    double peak_tflops;    /* dense bf16 peak for MFU (989 on H100/H200 SXM); 0 when unknown */
+    fsdp_dtype act_dtype, grad_dtype;
+    int emulated_bf16;     /* 1 on the CPU: bf16 values live in fp32 storage */
+    fsdp_stream *compute;  /* the stream the model's ops run on */
+    size_t reserved_bytes, max_reserved_bytes; /* device memory held by alloc, and its peak */
+    void *impl;
+
+    /* ---- memory ---- */
+    size_t (*dtype_size)(fsdp_backend *be, fsdp_dtype t);
+    /* Device memory, 256-byte aligned and zeroed; aborts with `what` in the message when it cannot
+     * be had. */
+    void *(*alloc)(fsdp_backend *be, size_t bytes, const char *what);
+    void (*free)(fsdp_backend *be, void *ptr);
+    /* Host memory suited to asynchronous copies (pinned on CUDA). */
+    void *(*alloc_host)(fsdp_backend *be, size_t bytes, const char *what);
+    void (*free_host)(fsdp_backend *be, void *ptr);
+    /* Copies ordered on `s`; the host buffer must stay untouched until `s` passes this point. */
+    void (*copy_h2d)(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s);
+    void (*copy_d2h)(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s);
+    void (*copy_d2d)(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s);
+    void (*zero)(fsdp_backend *be, void *dst, size_t bytes, fsdp_stream *s);
+
+    /* ---- streams and events ---- */
+    fsdp_stream *(*stream_create)(fsdp_backend *be, const char *name);
+    void (*stream_destroy)(fsdp_backend *be, fsdp_stream *s);
+    fsdp_event *(*event_create)(fsdp_backend *be, int timing);
+    void (*event_destroy)(fsdp_backend *be, fsdp_event *e);
+    void (*event_record)(fsdp_backend *be, fsdp_event *e, fsdp_stream *s);
+    void (*stream_wait_event)(fsdp_backend *be, fsdp_stream *s, fsdp_event *e);
+    void (*event_synchronize)(fsdp_backend *be, fsdp_event *e);
+    void (*stream_synchronize)(fsdp_backend *be, fsdp_stream *s);
+    /* Milliseconds between two completed events created with timing = 1. */
+    float (*event_elapsed_ms)(fsdp_backend *be, fsdp_event *start, fsdp_event *end);
+
+    /* ---- collectives (sum; counts are elements per rank) ---- */
+    /* Collective over the ranks of `comm`: a communicator of the backend's own (an NCCL communicator
+     * on the GPU, a duplicated MPI communicator on the CPU). Communicators used from different
+     * streams concurrently must be distinct. */
+    fsdp_comm *(*comm_create)(fsdp_backend *be, MPI_Comm comm, const char *name);
+    void (*comm_destroy)(fsdp_backend *be, fsdp_comm *c);
+    /* recv[r*count .. (r+1)*count) = send of rank r. In place when send == recv + rank*count. */
+    void (*all_gather)(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
+                       fsdp_dtype t, fsdp_stream *s);
+    /* recv = sum over ranks of send[rank*count .. (rank+1)*count). In place when
+     * recv == send + rank*count; the rest of send is undefined afterwards. */
+    void (*reduce_scatter)(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
+                           fsdp_dtype t, fsdp_stream *s);
+    void (*all_reduce)(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t,
+                       fsdp_stream *s);
+
+    /* ---- elementwise utilities (explicit stream; used by the engine and the optimizer) ---- */
+    void (*cast)(fsdp_backend *be, void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t,
+                 size_t n, fsdp_stream *s);
+    /* dst += src (elementwise, in dst's dtype after converting src) */
+    void (*accumulate)(fsdp_backend *be, void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t,
+                       size_t n, fsdp_stream *s);
+    /* *out += sum(x^2) in fp32, deterministic order. */
+    void (*sum_squares)(fsdp_backend *be, float *out, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s);
+    /* *out += sum(x), fp32, deterministic order. */
+    void (*sum)(fsdp_backend *be, float *out, const float *x, size_t n, fsdp_stream *s);
+    /* *scale = min(1, max_norm / (sqrt(*sumsq) + 1e-6)); max_norm <= 0 gives 1. */
+    void (*clip_scale)(fsdp_backend *be, float *scale, const float *sumsq, float max_norm, fsdp_stream *s);
+    /* AdamW on a flat range (decoupled weight decay, bias-corrected), the gradient multiplied by
+     * *grad_scale first. param/grad/m/v share master_t. If `working` is not NULL the updated
+     * parameter is also written there in working_t (the bf16 copy that gets gathered). */
+    void (*adamw)(fsdp_backend *be, void *param, const void *grad, void *m, void *v, fsdp_dtype master_t,
+                  size_t n, const fsdp_adamw_args *a, const float *grad_scale, void *working,
+                  fsdp_dtype working_t, fsdp_stream *s);
+
+    /* ---- model ops (compute stream) ---- */
+    /* out[N,C] = wte[tokens[n]] (+ wpe[pos_offset + n % T] when wpe is not NULL). */
+    void (*embedding_forward)(fsdp_backend *be, void *out, const int32_t *tokens, const void *wte,
+                              const void *wpe, int pos_offset, int N, int T, int C);
+    /* dwte[tokens[n]] += dout[n]; dwpe[pos_offset + n % T] += dout[n] when dwpe is not NULL. */
+    void (*embedding_backward)(fsdp_backend *be, void *dwte, void *dwpe, const void *dout,
+                               const int32_t *tokens, int pos_offset, int N, int T, int C);
+
+    /* out = x / sqrt(mean(x^2) + eps) * weight; rstd[N] saved. */
+    void (*rmsnorm_forward)(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *weight,
+                            int N, int C, float eps);
+    /* dinp += ..., dweight += ... */
+    void (*rmsnorm_backward)(fsdp_backend *be, void *dinp, void *dweight, const void *dout, const void *inp,
+                             const void *weight, const float *rstd, int N, int C);
+    /* out = (x - mean) * rstd * weight + bias; mean[N], rstd[N] saved. */
+    void (*layernorm_forward)(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                              const void *weight, const void *bias, int N, int C, float eps);
+    /* dinp += ..., dweight += ..., dbias += ... */
+    void (*layernorm_backward)(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
+                               const void *inp, const void *weight, const float *mean, const float *rstd,
+                               int N, int C);
+
+    /* out[N,OC] = inp[N,C] W[OC,C]^T (+ bias[OC]) (+ residual[N,OC]), then relu if `relu`.
+     * residual may alias out (in-place residual add). */
+    void (*matmul_forward)(fsdp_backend *be, void *out, const void *inp, const void *weight, const void *bias,
+                           const void *residual, int N, int C, int OC, int relu);
+    /* dinp[N,C] = dout W (overwritten; skipped when dinp is NULL); dweight += dout^T inp;
+     * dbias += column sums of dout (when dbias is not NULL). */
+    void (*matmul_backward)(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
+                            const void *inp, const void *weight, int N, int C, int OC);
+    /* d *= (out > 0), in place: the backward of a relu whose output is `out`. */
+    void (*relu_backward)(fsdp_backend *be, void *d, const void *out, size_t n);
+
+    /* Rotary embedding, in place on the q and k parts of qkv[B,T,(Hq+2*Hkv)*D] (HF "rotate_half"
+     * convention). cos_sin[T][D/2][2] holds cos and sin of position t times frequency i. */
+    void (*rope_forward)(fsdp_backend *be, void *qkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D);
+    /* The inverse rotation on dq and dk, in place on dqkv (dv untouched). */
+    void (*rope_backward)(fsdp_backend *be, void *dqkv, const float *cos_sin, int B, int T, int Hq, int Hkv,
+                          int D);
+
+    /* Causal attention with grouped query heads (query head h reads kv head h / (Hq/Hkv)), scale
+     * 1/sqrt(D). qkv[B,T,(Hq+2*Hkv)*D] as above; out[B,T,Hq*D]; lse[B,Hq,T] (natural-log
+     * log-sum-exp of the scaled scores) always saved. EAGER also saves probs[B,Hq,T,T] (act dtype)
+     * and its backward reads them; FLASH never materialises a T x T matrix (probs is NULL). */
+    void (*attention_forward)(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                              const void *qkv, int B, int T, int Hq, int Hkv, int D);
+    /* dqkv overwritten (all three parts). */
+    void (*attention_backward)(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
+                               const void *qkv, const void *out, const float *lse, const void *probs,
+                               int B, int T, int Hq, int Hkv, int D);
+
+    /* gateup[N, 2F] = [gate | up] per row; out[N,F] = silu(gate) * up. */
+    void (*swiglu_forward)(fsdp_backend *be, void *out, const void *gateup, int N, int F);
+    /* dgateup[N,2F] overwritten. */
+    void (*swiglu_backward)(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N, int F);
+
+    /* Softmax cross-entropy over logits[n,V] against targets[n] (targets < 0 are ignored: loss 0,
+     * gradient 0). losses[n] (fp32) overwritten; logits replaced IN PLACE by
+     * grad_scale * d(loss)/d(logits). */
+    void (*cross_entropy)(fsdp_backend *be, float *losses, void *logits, const int32_t *targets, int n, int V,
+                          float grad_scale);
+
+    void (*destroy)(fsdp_backend *be);
+};
+
+/* Creates the backend named by opts->kind ("auto" picks CUDA when it was built in and a GPU is
+ * visible, else the CPU). Returns NULL with err set when the kind cannot be had. */
+fsdp_backend *fsdp_backend_create(const fsdp_backend_options *opts, fsdp_err *err);
+fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err *err);
+#ifdef FSDP_HAVE_CUDA
+fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_err *err);
+#endif
+/* 1 when this build has the CUDA backend and at least one GPU is visible. */
+int fsdp_backend_cuda_available(void);
+
+/* Bytes of n elements of t on this backend. */
+static inline size_t fsdp_bytes(fsdp_backend *be, fsdp_dtype t, size_t n) { return n * be->dtype_size(be, t); }
+
+#endif

@@ -1,0 +1,582 @@
+/* The CPU backend: the reference ops of src/kernels/cpu in fp32 (bf16 emulated by rounding), and
+ * collectives through non-blocking MPI.
+ *
+ * Streams are real queues: a collective is started when it is enqueued and its MPI request sits in
+ * its stream's queue; an op enqueued behind pending work is deferred until the queue drains, so a
+ * reduce-scatter followed by the accumulation of its result runs while the caller keeps computing.
+ * Queues drain when an event recorded on them is waited for, when a stream is synchronised, or
+ * when a new collective is enqueued on the same stream. Compute ops run at once and poke MPI's
+ * progress engine on the way, so that pending collectives advance during compute. */
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/error.h"
+#include "../kernels/ops_cpu.h"
+#include "backend.h"
+
+/* ---- deferred work ---- */
+
+typedef enum { TASK_NOP, TASK_REQUEST, TASK_CAST, TASK_ACCUMULATE, TASK_ZERO, TASK_COPY, TASK_MOVE, TASK_ROUND,
+               TASK_SUM_SQUARES, TASK_SUM, TASK_CLIP_SCALE, TASK_ADAMW } task_kind;
+
+typedef struct task {
+    task_kind kind;
+    MPI_Request request;
+    void *dst, *m, *v, *working;
+    const void *src;
+    float *out;
+    fsdp_dtype dst_t, src_t;
+    size_t n;
+    float max_norm;
+    fsdp_adamw_args adamw;
+    const float *scale;
+    struct task *next;
+} task;
+
+struct fsdp_stream {
+    char name[32];
+    task *head, *tail;
+    long long enqueued, completed; /* task counts: an event is a position in this sequence */
+    fsdp_stream *next_stream;
+};
+
+struct fsdp_event {
+    fsdp_stream *stream;
+    long long position;
+    double time;
+};
+
+struct fsdp_comm {
+    MPI_Comm comm;
+    int rank, size;
+};
+
+typedef struct {
+    fsdp_stream *streams; /* every stream, for progress */
+    int round;            /* emulate bf16 in act/grad tensors */
+} cpu_impl;
+
+static cpu_impl *impl_of(fsdp_backend *be) { return (cpu_impl *)be->impl; }
+
+static int rounds(fsdp_backend *be, fsdp_dtype t) { (void)be; return t == FSDP_BF16; }
+
+static void round_if(fsdp_dtype t, void *x, size_t n) {
+    if (t == FSDP_BF16) cpu_round_bf16((float *)x, n);
+}
+
+static void run_task(task *t) {
+    switch (t->kind) {
+    case TASK_NOP: break;
+    case TASK_REQUEST: FSDP_CHECK_MPI(MPI_Wait(&t->request, MPI_STATUS_IGNORE)); break;
+    case TASK_CAST:
+        if (t->dst != t->src) memcpy(t->dst, t->src, t->n * sizeof(float));
+        round_if(t->dst_t, t->dst, t->n);
+        break;
+    case TASK_ACCUMULATE: {
+        float *d = t->dst;
+        const float *s = t->src;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < t->n; i++) d[i] += s[i];
+        round_if(t->dst_t, d, t->n);
+        break;
+    }
+    case TASK_ZERO: memset(t->dst, 0, t->n); break;
+    case TASK_COPY: memcpy(t->dst, t->src, t->n); break;
+    case TASK_MOVE: memmove(t->dst, t->src, t->n); break;
+    case TASK_ROUND: cpu_round_bf16(t->dst, t->n); break;
+    case TASK_SUM_SQUARES: *t->out += (float)cpu_sum_squares(t->src, t->n); break;
+    case TASK_SUM: *t->out += (float)cpu_sum(t->src, t->n); break;
+    case TASK_CLIP_SCALE: {
+        /* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1. */
+        float coef = t->max_norm / (sqrtf(*(const float *)t->src) + 1e-6f);
+        *t->out = (t->max_norm > 0.0f && coef < 1.0f) ? coef : 1.0f;
+        break;
+    }
+    case TASK_ADAMW:
+        cpu_adamw(t->dst, t->src, t->m, t->v, t->n, &t->adamw, *t->scale, t->working, t->dst_t == FSDP_BF16,
+                  t->working && t->src_t == FSDP_BF16);
+        break;
+    }
+}
+
+/* Runs (or waits for) the queue's tasks up to and including sequence position `upto`. */
+static void drain_to(fsdp_stream *s, long long upto) {
+    while (s->head && s->completed < upto) {
+        task *t = s->head;
+        s->head = t->next;
+        if (!s->head) s->tail = NULL;
+        run_task(t);
+        s->completed++;
+        free(t);
+    }
+}
+
+static void drain(fsdp_stream *s) { drain_to(s, s->enqueued); }
+
+static void push(fsdp_stream *s, task *t) {
+    t->next = NULL;
+    if (s->tail)
+        s->tail->next = t;
+    else
+        s->head = t;
+    s->tail = t;
+    s->enqueued++;
+}
+
+static task *new_task(task_kind kind) {
+    task *t = fsdp_xcalloc(1, sizeof *t, "a CPU stream task");
+    t->kind = kind;
+    return t;
+}
+
+/* An op on stream s: at once when nothing is pending there, else behind the pending work. */
+static void submit(fsdp_stream *s, task *t) {
+    if (!s->head) {
+        run_task(t);
+        s->enqueued++;
+        s->completed++;
+        free(t);
+    } else {
+        push(s, t);
+    }
+}
+
+/* Lets MPI advance pending collectives while compute runs. */
+static void progress(fsdp_backend *be) {
+    for (fsdp_stream *s = impl_of(be)->streams; s; s = s->next_stream) {
+        if (s->head && s->head->kind == TASK_REQUEST) {
+            int done = 0;
+            FSDP_CHECK_MPI(MPI_Test(&s->head->request, &done, MPI_STATUS_IGNORE));
+            if (done) s->head->kind = TASK_NOP; /* completed; dequeued at the next drain */
+        }
+    }
+}
+
+/* ---- memory ---- */
+
+static size_t cpu_dtype_size(fsdp_backend *be, fsdp_dtype t) { (void)be; (void)t; return sizeof(float); }
+
+typedef struct {
+    size_t bytes;
+    size_t pad[3];
+} alloc_header; /* keeps 32-byte alignment of the payload within a 256-byte aligned block */
+
+static void *cpu_alloc(fsdp_backend *be, size_t bytes, const char *what) {
+    size_t total = ((bytes + 256 + 255) / 256) * 256;
+    char *base = aligned_alloc(256, total);
+    if (!base) fsdp_fatal("out of host memory allocating %.2f GiB for %s", (double)bytes / (1 << 30), what);
+    ((alloc_header *)base)->bytes = bytes;
+    be->reserved_bytes += bytes;
+    if (be->reserved_bytes > be->max_reserved_bytes) be->max_reserved_bytes = be->reserved_bytes;
+    memset(base + 256, 0, bytes);
+    return base + 256;
+}
+
+static void cpu_free(fsdp_backend *be, void *ptr) {
+    if (!ptr) return;
+    char *base = (char *)ptr - 256;
+    be->reserved_bytes -= ((alloc_header *)base)->bytes;
+    free(base);
+}
+
+static void *cpu_alloc_host(fsdp_backend *be, size_t bytes, const char *what) { (void)be; return fsdp_xmalloc(bytes, what); }
+static void cpu_free_host(fsdp_backend *be, void *ptr) { (void)be; free(ptr); }
+
+static void copy_task(fsdp_stream *s, void *dst, const void *src, size_t bytes) {
+    task *t = new_task(TASK_COPY);
+    t->dst = dst, t->src = src, t->n = bytes;
+    submit(s, t);
+}
+static void cpu_copy(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
+    (void)be;
+    copy_task(s, dst, src, bytes);
+}
+
+static void cpu_zero(fsdp_backend *be, void *dst, size_t bytes, fsdp_stream *s) {
+    (void)be;
+    task *t = new_task(TASK_ZERO);
+    t->dst = dst, t->n = bytes;
+    submit(s, t);
+}
+
+/* ---- streams and events ---- */
+
+static fsdp_stream *cpu_stream_create(fsdp_backend *be, const char *name) {
+    fsdp_stream *s = fsdp_xcalloc(1, sizeof *s, "a stream");
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->next_stream = impl_of(be)->streams;
+    impl_of(be)->streams = s;
+    return s;
+}
+
+static void cpu_stream_destroy(fsdp_backend *be, fsdp_stream *s) {
+    if (!s) return;
+    drain(s);
+    fsdp_stream **p = &impl_of(be)->streams;
+    while (*p && *p != s) p = &(*p)->next_stream;
+    if (*p) *p = s->next_stream;
+    free(s);
+}
+
+static fsdp_event *cpu_event_create(fsdp_backend *be, int timing) {
+    (void)be, (void)timing;
+    return fsdp_xcalloc(1, sizeof(fsdp_event), "an event");
+}
+static void cpu_event_destroy(fsdp_backend *be, fsdp_event *e) { (void)be; free(e); }
+
+static void cpu_event_record(fsdp_backend *be, fsdp_event *e, fsdp_stream *s) {
+    (void)be;
+    e->stream = s;
+    e->position = s->enqueued;
+    e->time = MPI_Wtime();
+}
+
+static void cpu_event_synchronize(fsdp_backend *be, fsdp_event *e) {
+    (void)be;
+    if (e->stream) drain_to(e->stream, e->position);
+}
+
+static void cpu_stream_wait_event(fsdp_backend *be, fsdp_stream *s, fsdp_event *e) {
+    (void)s;
+    /* Later work on s may only run once e's position is reached; reaching it now is simplest. */
+    cpu_event_synchronize(be, e);
+}
+
+static void cpu_stream_synchronize(fsdp_backend *be, fsdp_stream *s) { (void)be; drain(s); }
+
+static float cpu_event_elapsed_ms(fsdp_backend *be, fsdp_event *a, fsdp_event *b) {
+    (void)be;
+    return (float)((b->time - a->time) * 1e3);
+}
+
+/* ---- collectives ---- */
+
+static fsdp_comm *cpu_comm_create(fsdp_backend *be, MPI_Comm comm, const char *name) {
+    (void)be, (void)name;
+    fsdp_comm *c = fsdp_xcalloc(1, sizeof *c, "a communicator");
+    FSDP_CHECK_MPI(MPI_Comm_dup(comm, &c->comm));
+    FSDP_CHECK_MPI(MPI_Comm_rank(c->comm, &c->rank));
+    FSDP_CHECK_MPI(MPI_Comm_size(c->comm, &c->size));
+    return c;
+}
+
+static void cpu_comm_destroy(fsdp_backend *be, fsdp_comm *c) {
+    (void)be;
+    if (!c) return;
+    FSDP_CHECK_MPI(MPI_Comm_free(&c->comm));
+    free(c);
+}
+
+static int mpi_count(size_t count) {
+    if (count > (size_t)INT_MAX) fsdp_fatal("a CPU collective of %zu elements exceeds MPI's int count", count);
+    return (int)count;
+}
+
+static void start_request(fsdp_stream *s, MPI_Request req) {
+    task *t = new_task(TASK_REQUEST);
+    t->request = req;
+    push(s, t);
+}
+
+static void round_task(fsdp_stream *s, void *dst, size_t n) {
+    task *t = new_task(TASK_ROUND);
+    t->dst = dst, t->n = n;
+    push(s, t);
+}
+
+static void cpu_all_gather(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
+                           fsdp_dtype t, fsdp_stream *s) {
+    (void)be, (void)t;
+    drain(s);
+    const void *sb = (const float *)recv + (size_t)c->rank * count == send ? MPI_IN_PLACE : send;
+    MPI_Request req;
+    int n = mpi_count(count);
+    FSDP_CHECK_MPI(MPI_Iallgather(sb, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->comm, &req));
+    start_request(s, req);
+}
+
+static void cpu_reduce_scatter(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
+                               fsdp_dtype t, fsdp_stream *s) {
+    (void)be;
+    drain(s);
+    int n = mpi_count(count);
+    MPI_Request req;
+    int in_place = (const float *)send + (size_t)c->rank * count == recv;
+    if (in_place) {
+        /* MPI's in-place reduce-scatter leaves the result at the start of the buffer; move it to
+         * this rank's slice afterwards (the rest of send is dead after a reduce-scatter). */
+        FSDP_CHECK_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, n, MPI_FLOAT, MPI_SUM, c->comm, &req));
+        start_request(s, req);
+        if (c->rank != 0) {
+            task *mv = new_task(TASK_MOVE);
+            mv->dst = recv, mv->src = send, mv->n = count * sizeof(float);
+            push(s, mv);
+        }
+    } else {
+        FSDP_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, c->comm, &req));
+        start_request(s, req);
+    }
+    if (t == FSDP_BF16) round_task(s, recv, count);
+}
+
+static void cpu_all_reduce(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t, fsdp_stream *s) {
+    (void)be;
+    drain(s);
+    MPI_Request req;
+    FSDP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count), MPI_FLOAT, MPI_SUM, c->comm, &req));
+    start_request(s, req);
+    if (t == FSDP_BF16) round_task(s, buf, count);
+}
+
+/* ---- utilities on explicit streams ---- */
+
+static void cpu_cast(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t n,
+                     fsdp_stream *s) {
+    (void)be, (void)st;
+    task *t = new_task(TASK_CAST);
+    t->dst = dst, t->src = src, t->dst_t = dt, t->n = n;
+    submit(s, t);
+}
+
+static void cpu_accumulate(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t n,
+                           fsdp_stream *s) {
+    (void)be, (void)st;
+    task *t = new_task(TASK_ACCUMULATE);
+    t->dst = dst, t->src = src, t->dst_t = dt, t->n = n;
+    submit(s, t);
+}
+
+static void cpu_sum_squares_op(fsdp_backend *be, float *out, const void *x, fsdp_dtype dt, size_t n, fsdp_stream *s) {
+    (void)be, (void)dt;
+    task *t = new_task(TASK_SUM_SQUARES);
+    t->out = out, t->src = x, t->n = n;
+    submit(s, t);
+}
+
+static void cpu_sum_op(fsdp_backend *be, float *out, const float *x, size_t n, fsdp_stream *s) {
+    (void)be;
+    task *t = new_task(TASK_SUM);
+    t->out = out, t->src = x, t->n = n;
+    submit(s, t);
+}
+
+static void cpu_clip_scale(fsdp_backend *be, float *scale, const float *sumsq, float max_norm, fsdp_stream *s) {
+    (void)be;
+    task *t = new_task(TASK_CLIP_SCALE);
+    t->out = scale, t->src = sumsq, t->max_norm = max_norm;
+    submit(s, t);
+}
+
+static void cpu_adamw_op(fsdp_backend *be, void *param, const void *grad, void *m, void *v, fsdp_dtype master_t,
+                         size_t n, const fsdp_adamw_args *a, const float *grad_scale, void *working,
+                         fsdp_dtype working_t, fsdp_stream *s) {
+    (void)be;
+    task *t = new_task(TASK_ADAMW);
+    t->dst = param, t->src = grad, t->m = m, t->v = v, t->n = n, t->adamw = *a, t->scale = grad_scale;
+    t->working = working, t->dst_t = master_t, t->src_t = working_t;
+    submit(s, t);
+}
+
+/* ---- model ops: fp32 reference, outputs rounded when their dtype is emulated bf16 ---- */
+
+#define ACT(be) ((be)->act_dtype)
+#define GRAD(be) ((be)->grad_dtype)
+
+static void cpu_embedding_forward_op(fsdp_backend *be, void *out, const int32_t *tokens, const void *wte,
+                                  const void *wpe, int pos_offset, int N, int T, int C) {
+    progress(be);
+    cpu_embedding_forward(out, tokens, wte, wpe, pos_offset, N, T, C);
+    round_if(ACT(be), out, (size_t)N * C);
+}
+
+static void cpu_embedding_backward_op(fsdp_backend *be, void *dwte, void *dwpe, const void *dout,
+                                      const int32_t *tokens, int pos_offset, int N, int T, int C) {
+    progress(be);
+    cpu_embedding_backward(dwte, dwpe, dout, tokens, pos_offset, N, T, C);
+    /* Rounding a whole embedding-gradient matrix per micro-batch would dominate CPU bf16 runs;
+     * the rows touched are rounded instead. */
+    if (rounds(be, GRAD(be))) {
+        for (int n = 0; n < N; n++) {
+            cpu_round_bf16((float *)dwte + (size_t)tokens[n] * C, (size_t)C);
+            if (dwpe) cpu_round_bf16((float *)dwpe + (size_t)(pos_offset + n % T) * C, (size_t)C);
+        }
+    }
+}
+
+static void cpu_rmsnorm_forward_op(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *w, int N,
+                                   int C, float eps) {
+    progress(be);
+    cpu_rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+    round_if(ACT(be), out, (size_t)N * C);
+}
+
+static void cpu_rmsnorm_backward_op(fsdp_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
+                                    const void *w, const float *rstd, int N, int C) {
+    progress(be);
+    cpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+    round_if(ACT(be), dinp, (size_t)N * C);
+    round_if(GRAD(be), dw, (size_t)C);
+}
+
+static void cpu_layernorm_forward_op(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                                     const void *w, const void *b, int N, int C, float eps) {
+    progress(be);
+    cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+    round_if(ACT(be), out, (size_t)N * C);
+}
+
+static void cpu_layernorm_backward_op(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
+                                      const void *inp, const void *w, const float *mean, const float *rstd, int N,
+                                      int C) {
+    progress(be);
+    cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    round_if(ACT(be), dinp, (size_t)N * C);
+    round_if(GRAD(be), dw, (size_t)C);
+    round_if(GRAD(be), db, (size_t)C);
+}
+
+static void cpu_matmul_forward_op(fsdp_backend *be, void *out, const void *inp, const void *w, const void *bias,
+                                  const void *residual, int N, int C, int OC, int relu) {
+    progress(be);
+    cpu_matmul_forward(out, inp, w, bias, residual, N, C, OC, relu);
+    round_if(ACT(be), out, (size_t)N * OC);
+}
+
+static void cpu_matmul_backward_op(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
+                                   const void *inp, const void *w, int N, int C, int OC) {
+    progress(be);
+    cpu_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    if (dinp) round_if(ACT(be), dinp, (size_t)N * C);
+    round_if(GRAD(be), dw, (size_t)OC * C);
+    if (db) round_if(GRAD(be), db, (size_t)OC);
+}
+
+static void cpu_relu_backward_op(fsdp_backend *be, void *d, const void *out, size_t n) {
+    progress(be);
+    cpu_relu_backward(d, out, n);
+}
+
+static void cpu_rope_forward_op(fsdp_backend *be, void *qkv, const float *cs, int B, int T, int Hq, int Hkv, int D) {
+    progress(be);
+    cpu_rope_forward(qkv, cs, B, T, Hq, Hkv, D);
+    round_if(ACT(be), qkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
+}
+
+static void cpu_rope_backward_op(fsdp_backend *be, void *dqkv, const float *cs, int B, int T, int Hq, int Hkv, int D) {
+    progress(be);
+    cpu_rope_backward(dqkv, cs, B, T, Hq, Hkv, D);
+    round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
+}
+
+static void cpu_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                     const void *qkv, int B, int T, int Hq, int Hkv, int D) {
+    progress(be);
+    cpu_attention_forward(out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, qkv, B, T, Hq, Hkv, D);
+    round_if(ACT(be), out, (size_t)B * T * Hq * D);
+    if (mode == FSDP_ATTN_EAGER && probs) round_if(ACT(be), probs, (size_t)B * Hq * T * T);
+}
+
+static void cpu_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
+                                      const void *qkv, const void *out, const float *lse, const void *probs, int B,
+                                      int T, int Hq, int Hkv, int D) {
+    progress(be);
+    cpu_attention_backward(dqkv, dout, qkv, out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, B, T, Hq, Hkv, D);
+    round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
+}
+
+static void cpu_swiglu_forward_op(fsdp_backend *be, void *out, const void *gateup, int N, int F) {
+    progress(be);
+    cpu_swiglu_forward(out, gateup, N, F);
+    round_if(ACT(be), out, (size_t)N * F);
+}
+
+static void cpu_swiglu_backward_op(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N,
+                                   int F) {
+    progress(be);
+    cpu_swiglu_backward(dgateup, dout, gateup, N, F);
+    round_if(ACT(be), dgateup, (size_t)N * 2 * F);
+}
+
+static void cpu_cross_entropy_op(fsdp_backend *be, float *losses, void *logits, const int32_t *targets, int n, int V,
+                                 float grad_scale) {
+    progress(be);
+    cpu_cross_entropy(losses, logits, targets, n, V, grad_scale);
+    round_if(ACT(be), logits, (size_t)n * V);
+}
+
+static void cpu_destroy(fsdp_backend *be) {
+    cpu_impl *im = impl_of(be);
+    while (im->streams) cpu_stream_destroy(be, im->streams);
+    free(im);
+    free(be);
+}
+
+fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err *err) {
+    (void)err;
+    fsdp_backend *be = fsdp_xcalloc(1, sizeof *be, "the CPU backend");
+    cpu_impl *im = fsdp_xcalloc(1, sizeof *im, "the CPU backend");
+    be->impl = im;
+    be->name = "cpu";
+    snprintf(be->device_name, sizeof be->device_name, "CPU (%d OpenMP threads)", omp_get_max_threads());
+    be->act_dtype = opts->act_dtype;
+    be->grad_dtype = opts->grad_dtype;
+    be->emulated_bf16 = 1;
+
+    be->dtype_size = cpu_dtype_size;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->alloc_host = cpu_alloc_host;
+    be->free_host = cpu_free_host;
+    be->copy_h2d = cpu_copy;
+    be->copy_d2h = cpu_copy;
+    be->copy_d2d = cpu_copy;
+    be->zero = cpu_zero;
+
+    be->stream_create = cpu_stream_create;
+    be->stream_destroy = cpu_stream_destroy;
+    be->event_create = cpu_event_create;
+    be->event_destroy = cpu_event_destroy;
+    be->event_record = cpu_event_record;
+    be->stream_wait_event = cpu_stream_wait_event;
+    be->event_synchronize = cpu_event_synchronize;
+    be->stream_synchronize = cpu_stream_synchronize;
+    be->event_elapsed_ms = cpu_event_elapsed_ms;
+
+    be->comm_create = cpu_comm_create;
+    be->comm_destroy = cpu_comm_destroy;
+    be->all_gather = cpu_all_gather;
+    be->reduce_scatter = cpu_reduce_scatter;
+    be->all_reduce = cpu_all_reduce;
+
+    be->cast = cpu_cast;
+    be->accumulate = cpu_accumulate;
+    be->sum_squares = cpu_sum_squares_op;
+    be->sum = cpu_sum_op;
+    be->clip_scale = cpu_clip_scale;
+    be->adamw = cpu_adamw_op;
+
+    be->embedding_forward = cpu_embedding_forward_op;
+    be->embedding_backward = cpu_embedding_backward_op;
+    be->rmsnorm_forward = cpu_rmsnorm_forward_op;
+    be->rmsnorm_backward = cpu_rmsnorm_backward_op;
+    be->layernorm_forward = cpu_layernorm_forward_op;
+    be->layernorm_backward = cpu_layernorm_backward_op;
+    be->matmul_forward = cpu_matmul_forward_op;
+    be->matmul_backward = cpu_matmul_backward_op;
+    be->relu_backward = cpu_relu_backward_op;
+    be->rope_forward = cpu_rope_forward_op;
+    be->rope_backward = cpu_rope_backward_op;
+    be->attention_forward = cpu_attention_forward_op;
+    be->attention_backward = cpu_attention_backward_op;
+    be->swiglu_forward = cpu_swiglu_forward_op;
+    be->swiglu_backward = cpu_swiglu_backward_op;
+    be->cross_entropy = cpu_cross_entropy_op;
+    be->destroy = cpu_destroy;
+
+    be->compute = cpu_stream_create(be, "compute");
+    return be;
+}

@@ -1,0 +1,69 @@
+/* Error reporting for every layer.
+ *
+ * Two kinds of failure, two paths:
+ *  - A failed library call (CUDA, NCCL, MPI, HDF5, cuBLASLt) or a broken invariant is fatal: fsdp_fatal
+ *    prints one line naming the rank, the call, the file and line, runs the registered clean-up hooks
+ *    (temporary checkpoint files are removed) and aborts every rank so nothing hangs.
+ *  - Bad input from the user (a flag, a file) is an fsdp_err returned up the stack. Callers that run
+ *    on every rank agree on it collectively (fsdp_agree), so that all ranks stop together with one
+ *    line on rank 0 and exit status 1 (2 for bad command-line usage). */
+#ifndef FSDP_BASE_ERROR_H
+#define FSDP_BASE_ERROR_H
+
+#include <stddef.h>
+
+typedef struct {
+    int failed;      /* 0 = fine */
+    int status;      /* exit status to use: 1 for errors, 2 for usage errors */
+    char msg[1024];
+} fsdp_err;
+
+/* Records a message (printf-style) and returns -1, so `return fsdp_errf(err, ...)` reads well. */
+int fsdp_errf(fsdp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, with exit status 2 (command-line usage). */
+int fsdp_usagef(fsdp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The rank used in messages (set once MPI is up; -1 before). */
+void fsdp_set_rank(int rank, int world);
+int fsdp_rank(void);
+int fsdp_world(void);
+
+/* Prints "fsdp: rank R: <message>" to stderr, runs clean-up hooks, aborts every rank. */
+_Noreturn void fsdp_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Clean-up hooks run by fsdp_fatal and by fsdp_exit_error, newest first. */
+typedef void (*fsdp_cleanup_fn)(void *arg);
+int fsdp_cleanup_push(fsdp_cleanup_fn fn, void *arg); /* returns a handle */
+void fsdp_cleanup_pop(int handle);                    /* removes without running */
+
+/* Collective over `comm` (an MPI_Comm passed as a pointer so this header needs no mpi.h): if any rank's
+ * err->failed is set, every rank copies the message of the lowest failing rank into its err and returns
+ * -1; otherwise returns 0. Pass NULL comm for a single process. */
+int fsdp_agree(const void *mpi_comm, fsdp_err *err);
+
+/* Prints "fsdp: error: <msg>" on rank 0 (or on the caller when `every_rank`), runs clean-up hooks,
+ * finalizes MPI if it is up and exits with err->status. Call it on every rank after fsdp_agree. */
+_Noreturn void fsdp_exit_error(const fsdp_err *err, int every_rank);
+
+#define FSDP_STR2(x) #x
+#define FSDP_STR(x) FSDP_STR2(x)
+
+/* Checks an MPI call; on failure names the call, file, line and rank and aborts. */
+#define FSDP_CHECK_MPI(call)                                                                         \
+    do {                                                                                             \
+        int fsdp_mpi_rc_ = (call);                                                                   \
+        if (fsdp_mpi_rc_ != 0) fsdp_mpi_failed(fsdp_mpi_rc_, #call, __FILE__, __LINE__);             \
+    } while (0)
+_Noreturn void fsdp_mpi_failed(int rc, const char *call, const char *file, int line);
+
+/* Invariants that indicate a bug, not bad input. */
+#define FSDP_ASSERT(cond)                                                                            \
+    do {                                                                                             \
+        if (!(cond)) fsdp_fatal("internal error: %s failed at %s:%d", #cond, __FILE__, __LINE__);   \
+    } while (0)
+
+/* malloc/calloc that abort with a message naming what was being allocated. */
+void *fsdp_xmalloc(size_t bytes, const char *what);
+void *fsdp_xcalloc(size_t count, size_t size, const char *what);
+
+#endif

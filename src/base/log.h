@@ -1,0 +1,11 @@
+/* Console output. fsdp_log prints on rank 0 only (stdout, flushed); fsdp_warn prints a one-line
+ * notice on rank 0 to stderr. Both prefix nothing: callers write complete lines. */
+#ifndef FSDP_BASE_LOG_H
+#define FSDP_BASE_LOG_H
+
+void fsdp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void fsdp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Seconds on a monotonic clock. */
+double fsdp_now(void);
+
+#endif

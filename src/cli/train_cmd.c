@@ -1,0 +1,143 @@
+/* `fsdp train`: flags -> fsdp_train_options -> the training loop. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../base/args.h"
+#include "../base/error.h"
+#include "../train/trainer.h"
+#include "commands.h"
+
+static const char *const PRECISIONS[] = {"fp32", "bf16", NULL};
+static const char *const MIXED[] = {"no", "bf16", NULL};
+static const char *const REDUCE[] = {"auto", "fp32", "bf16", NULL};
+static const char *const ATTN[] = {"eager", "flash", NULL};
+static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
+
+static const char EPILOGUE[] =
+    "Launch with mpirun or srun: every rank is one data-parallel worker (one GPU on a GPU host).\n"
+    "  mpirun -np 2 fsdp train --model tiny-llama --steps 20 --ckpt-dir ckpt\n"
+    "  srun fsdp train --model llama-3.2-1b --mbs 16 --strategy FULL --metrics run.jsonl\n"
+    "On the CPU backend bf16 is emulated (values rounded to bf16, stored in fp32) and --attn flash is the\n"
+    "same exact attention as eager without keeping the seq x seq probabilities. Formats of token files,\n"
+    "checkpoints and metrics: docs/FORMATS.md.\n";
+
+int fsdp_cmd_train(int argc, char **argv) {
+    fsdp_err err = {0};
+    const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
+    const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash";
+    const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL;
+    int ranks_per_node = 0, prefetch = 1, max_live = 2, mbs = 4, seq = 1024, grad_accum = 1, steps = 20;
+    int warmup = 0, synthetic_vocab = 1000, ckpt_every = 0, keep = 0, log_every = 1, head_chunk = 0;
+    int64_t seed = 42;
+    double lr = 5e-5, min_lr = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, clip = 1.0;
+
+    fsdp_arg args[] = {
+        {"model", FSDP_ARG_STRING, &model, "NAME|PATH",
+         "A preset (llama-3.2-1b, llama-2-7b, opt-1.3b, tiny-llama, tiny-opt) or a Hugging Face config.json (or its "
+         "directory).", 1, 0, NULL, 0},
+        {"strategy", FSDP_ARG_STRING, &strategy, "S",
+         "Sharding: FULL (ZeRO-3; alias FULL_SHARD), SHARD_GRAD_OP (ZeRO-2), NO_SHARD (DDP) or HYBRID (FULL inside a "
+         "node, replicated across nodes; alias HYBRID_SHARD). Case-insensitive.", 1, 0, NULL, 0},
+        {"ranks-per-node", FSDP_ARG_INT, &ranks_per_node, "N",
+         "Treat every N consecutive ranks as one node for HYBRID (emulates several nodes on one machine); 0 = the "
+         "real nodes.", 0, 1 << 20, NULL, 0},
+        {"mbs", FSDP_ARG_INT, &mbs, "N", "Micro-batch size: samples per rank in each forward/backward.", 1, 1 << 20,
+         NULL, 0},
+        {"seq", FSDP_ARG_INT, &seq, "N", "Sequence length in tokens.", 1, 1 << 20, NULL, 0},
+        {"grad-accum", FSDP_ARG_INT, &grad_accum, "N", "Micro-batches accumulated per optimizer step.", 1, 1 << 20,
+         NULL, 0},
+        {"steps", FSDP_ARG_INT, &steps, "N", "Optimizer steps to train to (a resumed run continues to this step).", 0,
+         1 << 30, NULL, 0},
+        {"lr", FSDP_ARG_FLOAT, &lr, "X", "Peak learning rate.", 0, 10, NULL, 0},
+        {"min-lr", FSDP_ARG_FLOAT, &min_lr, "X", "Learning rate at the end of the cosine decay.", 0, 10, NULL, 0},
+        {"warmup", FSDP_ARG_INT, &warmup, "N", "Steps of linear warm-up from 0 before the cosine decay.", 0, 1 << 30,
+         NULL, 0},
+        {"weight-decay", FSDP_ARG_FLOAT, &weight_decay, "X",
+         "AdamW decoupled weight decay (never applied to norms and biases).", 0, 10, NULL, 0},
+        {"beta1", FSDP_ARG_FLOAT, &beta1, "X", "AdamW beta1.", 0, 1, NULL, 0},
+        {"beta2", FSDP_ARG_FLOAT, &beta2, "X", "AdamW beta2.", 0, 1, NULL, 0},
+        {"adam-eps", FSDP_ARG_FLOAT, &adam_eps, "X", "AdamW epsilon.", 0, 1, NULL, 0},
+        {"clip", FSDP_ARG_FLOAT, &clip, "X", "Clip the global gradient norm to X (0 = no clipping).", 0, 1e9, NULL,
+         0},
+        {"model-precision", FSDP_ARG_CHOICE, &model_precision, "P",
+         "Precision of the stored model: master weights, gradients and Adam states.", 1, 0, PRECISIONS, 0},
+        {"mixed-precision", FSDP_ARG_CHOICE, &mixed_precision, "P",
+         "Compute precision of activations and gathered weights (bf16 = mixed precision).", 1, 0, MIXED, 0},
+        {"reduce-dtype", FSDP_ARG_CHOICE, &reduce_dtype, "P",
+         "Gradient buffers and reduce-scatter; auto = the model precision.", 1, 0, REDUCE, 0},
+        {"attn", FSDP_ARG_CHOICE, &attn, "A",
+         "Attention: eager materialises the seq x seq probabilities (the course's baseline); flash does not.", 1, 0,
+         ATTN, 0},
+        {"seed", FSDP_ARG_INT64, &seed, "N", "Seed of the initial weights and the data order.", 0, 9e18, NULL, 0},
+        {"data", FSDP_ARG_STRING, &data, "synthetic|FILE",
+         "Training data: synthetic tokens (the course's DummyDataset) or a token file (docs/FORMATS.md).", 1, 0, NULL,
+         0},
+        {"synthetic-vocab", FSDP_ARG_INT, &synthetic_vocab, "N", "Synthetic tokens are uniform in [0, N).", 1,
+         1 << 30, NULL, 0},
+        {"ckpt-dir", FSDP_ARG_STRING, &ckpt_dir, "DIR",
+         "Write checkpoints (step-NNNNNNNN.h5 and a 'latest' pointer) here; the last step is always saved.", 1, 0,
+         NULL, 0},
+        {"ckpt-every", FSDP_ARG_INT, &ckpt_every, "N", "Also checkpoint every N steps (0 = only at the end).", 0,
+         1 << 30, NULL, 0},
+        {"keep", FSDP_ARG_INT, &keep, "N", "Keep only the newest N checkpoints (0 = all).", 0, 1 << 30, NULL, 0},
+        {"resume", FSDP_ARG_STRING, &resume, "FILE|auto",
+         "Continue from a checkpoint; auto = the latest in --ckpt-dir, or a fresh start when there is none. Any "
+         "number of ranks and any strategy can resume any checkpoint.", 1, 0, NULL, 0},
+        {"metrics", FSDP_ARG_STRING, &metrics, "FILE",
+         "Write one JSON object per step and a final summary (JSON Lines).", 1, 0, NULL, 0},
+        {"log-every", FSDP_ARG_INT, &log_every, "N", "Print a progress line every N steps.", 1, 1 << 30, NULL, 0},
+        {"device", FSDP_ARG_CHOICE, &device, "D", "Backend: auto uses the GPUs when there are any.", 1, 0, DEVICES,
+         0},
+        {"prefetch", FSDP_ARG_INT, &prefetch, "N", "Units whose all-gather starts ahead of their use.", 0, 64, NULL,
+         0},
+        {"max-live-units", FSDP_ARG_INT, &max_live, "N",
+         "Most gathered units (and unit gradient buffers) alive at once.", 1, 1024, NULL, 0},
+        {"head-chunk-tokens", FSDP_ARG_INT, &head_chunk, "N",
+         "Tokens per chunk of the fused LM head + cross-entropy (0 = about 512 MiB of logits).", 0, 1 << 30, NULL,
+         0},
+    };
+    fsdp_arg_spec spec = {"train",
+                          "Train a decoder-only LLM (Llama, OPT) with fully sharded data parallelism over MPI ranks.",
+                          "fsdp train [FLAGS]", EPILOGUE, args, (int)(sizeof args / sizeof args[0])};
+    int rc = fsdp_args_parse(&spec, argc, argv, stdout, &err);
+    if (rc == 1) return 0;
+    if (rc < 0) fsdp_exit_error(&err, 0);
+
+    fsdp_train_options o;
+    memset(&o, 0, sizeof o);
+    if (fsdp_strategy_parse(strategy, &o.strategy)) {
+        fsdp_usagef(&err, "train: --strategy '%s' is not one of: FULL, SHARD_GRAD_OP, NO_SHARD, HYBRID", strategy);
+        fsdp_exit_error(&err, 0);
+    }
+    if (resume && !strcmp(resume, "auto") && !ckpt_dir) {
+        fsdp_usagef(&err, "train: --resume auto needs --ckpt-dir");
+        fsdp_exit_error(&err, 0);
+    }
+    if ((ckpt_every || keep) && !ckpt_dir) {
+        fsdp_usagef(&err, "train: --ckpt-every and --keep need --ckpt-dir");
+        fsdp_exit_error(&err, 0);
+    }
+    o.model = model;
+    o.ranks_per_node = ranks_per_node;
+    o.prefetch = prefetch;
+    o.max_live = max_live;
+    o.device = device;
+    o.mbs = mbs, o.seq = seq, o.grad_accum = grad_accum, o.steps = steps;
+    o.lr = lr, o.min_lr = min_lr, o.weight_decay = weight_decay, o.beta1 = beta1, o.beta2 = beta2;
+    o.adam_eps = adam_eps, o.clip = clip, o.warmup = warmup;
+    o.seed = (uint64_t)seed;
+    o.master_dtype = strcmp(model_precision, "bf16") ? FSDP_F32 : FSDP_BF16;
+    o.compute_dtype = (o.master_dtype == FSDP_BF16 || !strcmp(mixed_precision, "bf16")) ? FSDP_BF16 : FSDP_F32;
+    o.reduce_dtype = !strcmp(reduce_dtype, "auto") ? o.master_dtype : !strcmp(reduce_dtype, "bf16") ? FSDP_BF16 : FSDP_F32;
+    o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
+    o.head_chunk = head_chunk;
+    o.data = data;
+    o.synthetic_vocab = synthetic_vocab;
+    o.ckpt_dir = ckpt_dir, o.ckpt_every = ckpt_every, o.keep = keep, o.resume = resume;
+    o.metrics = metrics, o.log_every = log_every;
+    static char run_json[8192];
+    if (fsdp_args_to_json(&spec, run_json, sizeof run_json) > 0) o.run_json = run_json;
+
+    if (fsdp_train(&o, &err)) fsdp_exit_error(&err, 0);
+    return 0;
+}

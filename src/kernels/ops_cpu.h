@@ -1,0 +1,65 @@
+/* The CPU reference ops: plain fp32 C with OpenMP, one function per op and direction.
+ *
+ * These define what every op computes. The CPU backend runs the model with them, and each CUDA
+ * kernel is tested against them. Semantics, shapes and accumulation rules are exactly those of the
+ * matching entry in src/backend/backend.h (the backend passes its arguments straight through):
+ * parameter gradients and norm input gradients are ADDED (+=); every other output is overwritten.
+ *
+ * Reductions (sums over rows, sums of squares, attention softmax) are evaluated in an order that
+ * does not depend on the number of OpenMP threads, so results are bitwise reproducible. */
+#ifndef FSDP_KERNELS_OPS_CPU_H
+#define FSDP_KERNELS_OPS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "op_args.h"
+
+void cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int pos_offset,
+                           int N, int T, int C);
+void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int pos_offset,
+                            int N, int T, int C);
+
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
+void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                          const float *rstd, int N, int C);
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                           const float *bias, int N, int C, float eps);
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, const float *mean, const float *rstd, int N, int C);
+
+void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, const float *residual,
+                        int N, int C, int OC, int relu);
+void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                         const float *weight, int N, int C, int OC);
+void cpu_relu_backward(float *d, const float *out, size_t n);
+
+void cpu_rope_forward(float *qkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D);
+void cpu_rope_backward(float *dqkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D);
+
+/* probs may be NULL (flash semantics: nothing T x T is kept). */
+void cpu_attention_forward(float *out, float *lse, float *probs, const float *qkv, int B, int T, int Hq, int Hkv,
+                           int D);
+/* When probs is NULL they are recomputed from qkv and lse. */
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                            const float *probs, int B, int T, int Hq, int Hkv, int D);
+
+void cpu_swiglu_forward(float *out, const float *gateup, int N, int F);
+void cpu_swiglu_backward(float *dgateup, const float *dout, const float *gateup, int N, int F);
+
+void cpu_cross_entropy(float *losses, float *logits, const int32_t *targets, int n, int V, float grad_scale);
+
+/* AdamW on fp32 arrays; grad multiplied by grad_scale first. When round_master, param, m and v are
+ * rounded to bf16 after the update (a bf16 model emulated in fp32 storage). When working is not
+ * NULL the new parameter is copied there, rounded to bf16 when round_working. */
+void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, const fsdp_adamw_args *a,
+               float grad_scale, float *working, int round_master, int round_working);
+
+/* Sum of squares / sum in double over fixed-size chunks summed in order (thread-count independent). */
+double cpu_sum_squares(const float *x, size_t n);
+double cpu_sum(const float *x, size_t n);
+
+/* Rounds n values to the nearest bf16 in place. */
+void cpu_round_bf16(float *x, size_t n);
+
+#endif

@@ -1,0 +1,61 @@
+/* fsdp: the program's entry. Initialises MPI, dispatches to a subcommand, finalises MPI. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "cli/commands.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command COMMANDS[] = {
+    {"train", fsdp_cmd_train, "train or fine-tune a Llama or OPT model with FSDP over MPI ranks"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: fsdp COMMAND [FLAGS]   (fsdp COMMAND --help for its flags)\n\n"
+                 "fsdp.c %s: fully sharded data-parallel training of decoder-only LLMs, one native program\n"
+                 "launched by mpirun or srun.\n\ncommands:\n",
+            FSDP_VERSION);
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        fprintf(out, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+}
+
+int main(int argc, char **argv) {
+    int provided = 0;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "fsdp: error: MPI_Init_thread failed\n");
+        return 1;
+    }
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    fsdp_set_rank(rank, world);
+    /* Errors in MPI calls come back as codes so that FSDP_CHECK_MPI can name the call and rank. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+    int status;
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        if (rank == 0) usage(stdout);
+        status = argc < 2 ? 2 : 0;
+    } else if (!strcmp(argv[1], "--version")) {
+        if (rank == 0) printf("fsdp.c %s\n", FSDP_VERSION);
+        status = 0;
+    } else {
+        const command *cmd = NULL;
+        for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+            if (!strcmp(argv[1], COMMANDS[i].name)) cmd = &COMMANDS[i];
+        if (!cmd) {
+            fsdp_err err = {0};
+            fsdp_usagef(&err, "unknown command '%s' (see fsdp --help)", argv[1]);
+            fsdp_exit_error(&err, 0);
+        }
+        status = cmd->run(argc - 1, argv + 1);
+    }
+    MPI_Finalize();
+    return status;
+}

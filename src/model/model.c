@@ -1,0 +1,407 @@
+/* Forward and backward of the Llama and OPT units over the backend's ops. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/error.h"
+
+static const double PI = 3.14159265358979323846;
+
+/* Saved activations of one transformer layer (pointers into the arena). */
+typedef struct {
+    void *res_in;           /* [N,C] input of the layer (the residual stream) */
+    void *ln1;              /* [N,C] */
+    float *ln1_mean, *ln1_rstd;
+    void *qkv;              /* [N,QKV] after rotary */
+    void *att;              /* [N,Q] attention output (before o_proj) */
+    float *lse;             /* [B,Hq,T] */
+    void *probs;            /* [B,Hq,T,T], eager only */
+    void *res_mid;          /* [N,C] after the attention residual add */
+    void *ln2;
+    float *ln2_mean, *ln2_rstd;
+    void *fc;               /* Llama: gate|up [N,2F]; OPT: relu(fc1) [N,F] */
+    void *fc_act;           /* Llama: swiglu output [N,F]; OPT: == fc */
+} layer_acts;
+
+struct fsdp_model {
+    fsdp_backend *be;
+    fsdp_model_config cfg;
+    const fsdp_layout *layout;
+    int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V;
+    int chunk_rows;
+    fsdp_attn attn;
+    int llama;
+    size_t ae, ge; /* bytes per act / grad element */
+
+    void *arena;
+    size_t arena_bytes;
+    int32_t *tokens, *targets;
+    float *cos_sin;
+    layer_acts *layers;
+    void *res_out; /* [N,C] output of the last layer */
+    void *lnf;
+    float *lnf_mean, *lnf_rstd;
+    /* backward scratch, shared by all layers */
+    void *dres, *dln, *dqkv, *datt, *dfc, *dh, *logits;
+    float *losses;
+};
+
+/* ---- arena planning: the same walk sizes the arena and carves it ---- */
+
+typedef struct {
+    char *base; /* NULL while only measuring */
+    size_t used;
+} carver;
+
+static void *carve(carver *c, size_t bytes) {
+    size_t off = (c->used + 255) & ~(size_t)255;
+    c->used = off + bytes;
+    return c->base ? c->base + off : NULL;
+}
+
+typedef struct {
+    int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V, L, chunk, llama;
+    fsdp_attn attn;
+    size_t ae;
+} dims;
+
+static dims make_dims(const fsdp_model_config *cfg, const fsdp_model_shape *s, size_t ae) {
+    dims d;
+    d.B = s->batch, d.T = s->seq, d.N = s->batch * s->seq;
+    d.C = cfg->hidden_size, d.F = cfg->intermediate_size;
+    d.Hq = cfg->num_heads, d.Hkv = cfg->num_kv_heads, d.D = cfg->head_dim;
+    d.Q = d.Hq * d.D, d.QKV = (d.Hq + 2 * d.Hkv) * d.D, d.V = cfg->vocab_size, d.L = cfg->num_layers;
+    d.llama = cfg->family == FSDP_FAMILY_LLAMA;
+    d.attn = s->attn;
+    d.ae = ae;
+    int chunk = s->head_chunk_rows;
+    if (chunk <= 0) {
+        /* About 512 MiB of logits per chunk: large enough for efficient products, small next to
+         * the full [N, V] logits it replaces. */
+        size_t rows = ((size_t)512 << 20) / ((size_t)d.V * ae);
+        chunk = rows > 128 ? (int)(rows / 128 * 128) : 128;
+    }
+    d.chunk = chunk < d.N ? chunk : d.N;
+    return d;
+}
+
+static void plan(carver *c, const dims *d, fsdp_model *m) {
+    size_t N = (size_t)d->N, ae = d->ae;
+    size_t fc_cols = d->llama ? 2 * (size_t)d->F : (size_t)d->F;
+    int32_t *tokens = carve(c, N * sizeof(int32_t));
+    int32_t *targets = carve(c, N * sizeof(int32_t));
+    float *cos_sin = carve(c, (size_t)d->T * d->D * sizeof(float));
+    for (int l = 0; l < d->L; l++) {
+        layer_acts a;
+        memset(&a, 0, sizeof a);
+        a.res_in = carve(c, N * d->C * ae);
+        a.ln1 = carve(c, N * d->C * ae);
+        if (!d->llama) a.ln1_mean = carve(c, N * sizeof(float));
+        a.ln1_rstd = carve(c, N * sizeof(float));
+        a.qkv = carve(c, N * d->QKV * ae);
+        a.att = carve(c, N * d->Q * ae);
+        a.lse = carve(c, (size_t)d->B * d->Hq * d->T * sizeof(float));
+        if (d->attn == FSDP_ATTN_EAGER) a.probs = carve(c, (size_t)d->B * d->Hq * d->T * d->T * ae);
+        a.res_mid = carve(c, N * d->C * ae);
+        a.ln2 = carve(c, N * d->C * ae);
+        if (!d->llama) a.ln2_mean = carve(c, N * sizeof(float));
+        a.ln2_rstd = carve(c, N * sizeof(float));
+        a.fc = carve(c, N * fc_cols * ae);
+        a.fc_act = d->llama ? carve(c, N * d->F * ae) : a.fc;
+        if (m) m->layers[l] = a;
+    }
+    void *res_out = carve(c, N * d->C * ae);
+    void *lnf = carve(c, N * d->C * ae);
+    float *lnf_mean = d->llama ? NULL : carve(c, N * sizeof(float));
+    float *lnf_rstd = carve(c, N * sizeof(float));
+    void *dres = carve(c, N * d->C * ae);
+    void *dln = carve(c, N * d->C * ae);
+    void *dqkv = carve(c, N * d->QKV * ae);
+    void *datt = carve(c, N * d->Q * ae);
+    void *dfc = carve(c, N * fc_cols * ae);
+    void *dh = d->llama ? carve(c, N * d->F * ae) : NULL;
+    void *logits = carve(c, (size_t)d->chunk * d->V * ae);
+    float *losses = carve(c, N * sizeof(float));
+    if (m) {
+        m->tokens = tokens, m->targets = targets, m->cos_sin = cos_sin;
+        m->res_out = res_out, m->lnf = lnf, m->lnf_mean = lnf_mean, m->lnf_rstd = lnf_rstd;
+        m->dres = dres, m->dln = dln, m->dqkv = dqkv, m->datt = datt, m->dfc = dfc, m->dh = dh;
+        m->logits = logits, m->losses = losses;
+    }
+}
+
+size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_model_shape *shape, size_t act_esize) {
+    dims d = make_dims(cfg, shape, act_esize);
+    carver c = {NULL, 0};
+    plan(&c, &d, NULL);
+    return c.used;
+}
+
+/* ---- rotary table ---- */
+
+void fsdp_model_rope_table(const fsdp_model_config *cfg, int T, float *out) {
+    int half = cfg->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        /* inv_freq as transformers computes it, then the llama3 rule: long wavelengths are slowed
+         * by `factor`, short ones kept, and the band between blended smoothly. */
+        double inv_freq = 1.0 / pow((double)cfg->rope_theta, (2.0 * i) / cfg->head_dim);
+        if (cfg->rope_type == FSDP_ROPE_LLAMA3) {
+            double factor = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
+            double old_ctx = cfg->rope_original_max_position;
+            double low_freq_wavelen = old_ctx / lo, high_freq_wavelen = old_ctx / hi;
+            double wavelen = 2.0 * PI / inv_freq;
+            if (wavelen > low_freq_wavelen) {
+                inv_freq = inv_freq / factor;
+            } else if (wavelen >= high_freq_wavelen) {
+                double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+                inv_freq = (1.0 - smooth) * inv_freq / factor + smooth * inv_freq;
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            double angle = (double)t * inv_freq;
+            out[((size_t)t * half + i) * 2 + 0] = (float)cos(angle);
+            out[((size_t)t * half + i) * 2 + 1] = (float)sin(angle);
+        }
+    }
+}
+
+/* ---- creation ---- */
+
+fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_layout *layout,
+                              const fsdp_model_shape *shape, fsdp_err *err) {
+    if (shape->batch <= 0 || shape->seq <= 0) {
+        fsdp_errf(err, "micro-batch size and sequence length must be positive");
+        return NULL;
+    }
+    if (cfg->family == FSDP_FAMILY_OPT && shape->seq > cfg->max_position_embeddings) {
+        fsdp_errf(err, "--seq %d exceeds the model's max_position_embeddings %d (OPT has learned positions)",
+                  shape->seq, cfg->max_position_embeddings);
+        return NULL;
+    }
+    if ((long long)shape->batch * shape->seq > (1LL << 30)) {
+        fsdp_errf(err, "micro-batch x sequence (%lld tokens) is too large", (long long)shape->batch * shape->seq);
+        return NULL;
+    }
+    fsdp_model *m = fsdp_xcalloc(1, sizeof *m, "the model");
+    m->be = be;
+    m->cfg = *cfg;
+    m->layout = layout;
+    m->ae = be->dtype_size(be, be->act_dtype);
+    m->ge = be->dtype_size(be, be->grad_dtype);
+    dims d = make_dims(cfg, shape, m->ae);
+    m->B = d.B, m->T = d.T, m->N = d.N, m->C = d.C, m->F = d.F, m->Hq = d.Hq, m->Hkv = d.Hkv, m->D = d.D;
+    m->QKV = d.QKV, m->Q = d.Q, m->V = d.V, m->chunk_rows = d.chunk, m->attn = d.attn, m->llama = d.llama;
+    m->layers = fsdp_xcalloc((size_t)cfg->num_layers, sizeof *m->layers, "layer activations");
+
+    carver c = {NULL, 0};
+    plan(&c, &d, NULL);
+    m->arena_bytes = c.used;
+    m->arena = be->alloc(be, m->arena_bytes, "activations");
+    c.base = m->arena;
+    c.used = 0;
+    plan(&c, &d, m);
+
+    float *table = fsdp_xmalloc((size_t)d.T * d.D * sizeof(float), "the rotary table");
+    fsdp_model_rope_table(cfg, d.T, table);
+    be->copy_h2d(be, m->cos_sin, table, (size_t)d.T * d.D * sizeof(float), be->compute);
+    be->stream_synchronize(be, be->compute);
+    free(table);
+    return m;
+}
+
+void fsdp_model_destroy(fsdp_model *m) {
+    if (!m) return;
+    m->be->free(m->be, m->arena);
+    free(m->layers);
+    free(m);
+}
+
+int32_t *fsdp_model_tokens(fsdp_model *m) { return m->tokens; }
+int32_t *fsdp_model_targets(fsdp_model *m) { return m->targets; }
+const void *fsdp_model_final_hidden(const fsdp_model *m) { return m->lnf; }
+
+/* ---- parameter addressing inside a unit's flat buffer ---- */
+
+static const fsdp_param_desc *unit_param(const fsdp_model *m, int unit, int k) {
+    const fsdp_unit_desc *u = &m->layout->units[unit];
+    FSDP_ASSERT(k < u->num_params);
+    return &m->layout->params[u->first_param + k];
+}
+
+static void *at(const void *base, const fsdp_param_desc *p, size_t esize) {
+    return (char *)base + (size_t)p->offset * esize;
+}
+
+/* Indices of parameters inside a block, in layout order (src/model/layout.c). */
+enum { L_Q, L_K, L_V, L_O, L_GATE, L_UP, L_DOWN, L_LN1, L_LN2 };
+enum { O_Q, O_K, O_V, O_OUT, O_FC1, O_FC2, O_QB, O_KB, O_VB, O_OUTB, O_FC1B, O_FC2B, O_LN1W, O_LN1B, O_LN2W, O_LN2B };
+
+typedef struct {
+    void *wqkv, *wo, *w1, *w2;         /* Llama: w1 = gate|up, w2 = down; OPT: fc1, fc2 */
+    void *bqkv, *bo, *b1, *b2;         /* OPT only */
+    void *ln1w, *ln1b, *ln2w, *ln2b;   /* ln*b OPT only */
+} block_ptrs;
+
+static block_ptrs block_view(const fsdp_model *m, int layer, const void *base, size_t esize) {
+    int u = fsdp_unit_block(m->layout, layer);
+    block_ptrs p;
+    memset(&p, 0, sizeof p);
+    if (m->llama) {
+        p.wqkv = at(base, unit_param(m, u, L_Q), esize);
+        p.wo = at(base, unit_param(m, u, L_O), esize);
+        p.w1 = at(base, unit_param(m, u, L_GATE), esize);
+        p.w2 = at(base, unit_param(m, u, L_DOWN), esize);
+        p.ln1w = at(base, unit_param(m, u, L_LN1), esize);
+        p.ln2w = at(base, unit_param(m, u, L_LN2), esize);
+    } else {
+        p.wqkv = at(base, unit_param(m, u, O_Q), esize);
+        p.wo = at(base, unit_param(m, u, O_OUT), esize);
+        p.w1 = at(base, unit_param(m, u, O_FC1), esize);
+        p.w2 = at(base, unit_param(m, u, O_FC2), esize);
+        p.bqkv = at(base, unit_param(m, u, O_QB), esize);
+        p.bo = at(base, unit_param(m, u, O_OUTB), esize);
+        p.b1 = at(base, unit_param(m, u, O_FC1B), esize);
+        p.b2 = at(base, unit_param(m, u, O_FC2B), esize);
+        p.ln1w = at(base, unit_param(m, u, O_LN1W), esize);
+        p.ln1b = at(base, unit_param(m, u, O_LN1B), esize);
+        p.ln2w = at(base, unit_param(m, u, O_LN2W), esize);
+        p.ln2b = at(base, unit_param(m, u, O_LN2B), esize);
+    }
+    return p;
+}
+
+static void norm_forward(fsdp_model *m, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                         const void *b) {
+    fsdp_backend *be = m->be;
+    if (m->llama)
+        be->rmsnorm_forward(be, out, rstd, inp, w, m->N, m->C, m->cfg.norm_eps);
+    else
+        be->layernorm_forward(be, out, mean, rstd, inp, w, b, m->N, m->C, m->cfg.norm_eps);
+}
+
+static void norm_backward(fsdp_model *m, void *dinp, void *dw, void *db, const void *dout, const void *inp,
+                          const void *w, const float *mean, const float *rstd) {
+    fsdp_backend *be = m->be;
+    if (m->llama)
+        be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, m->N, m->C);
+    else
+        be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, m->N, m->C);
+}
+
+static void *layer_output(fsdp_model *m, int layer) {
+    return layer + 1 < m->cfg.num_layers ? m->layers[layer + 1].res_in : m->res_out;
+}
+
+/* ---- forward ---- */
+
+void fsdp_model_embed_forward(fsdp_model *m, const void *embed_params) {
+    fsdp_backend *be = m->be;
+    int u = fsdp_unit_embed(m->layout);
+    const void *wte = at(embed_params, unit_param(m, u, 0), m->ae);
+    /* OPT positions start at 2 (fairseq's padding offset). */
+    const void *wpe = m->llama ? NULL : at(embed_params, unit_param(m, u, 1), m->ae);
+    be->embedding_forward(be, m->layers[0].res_in, m->tokens, wte, wpe, m->llama ? 0 : 2, m->N, m->T, m->C);
+}
+
+void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
+    fsdp_backend *be = m->be;
+    layer_acts *a = &m->layers[layer];
+    block_ptrs w = block_view(m, layer, params, m->ae);
+    int N = m->N, C = m->C;
+
+    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w.ln1w, w.ln1b);
+    be->matmul_forward(be, a->qkv, a->ln1, w.wqkv, w.bqkv, NULL, N, C, m->QKV, 0);
+    if (m->llama) be->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
+    be->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D);
+    be->matmul_forward(be, a->res_mid, a->att, w.wo, w.bo, a->res_in, N, m->Q, C, 0);
+
+    norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w.ln2w, w.ln2b);
+    void *out = layer_output(m, layer);
+    if (m->llama) {
+        be->matmul_forward(be, a->fc, a->ln2, w.w1, NULL, NULL, N, C, 2 * m->F, 0);
+        be->swiglu_forward(be, a->fc_act, a->fc, N, m->F);
+    } else {
+        be->matmul_forward(be, a->fc, a->ln2, w.w1, w.b1, NULL, N, C, m->F, 1);
+    }
+    be->matmul_forward(be, out, a->fc_act, w.w2, w.b2, a->res_mid, N, m->F, C, 0);
+}
+
+/* ---- head: final norm, chunked LM head + cross-entropy, and their backward ---- */
+
+void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, const void *embed_params,
+                     void *embed_grads, float grad_scale, float *loss_sum) {
+    fsdp_backend *be = m->be;
+    int hu = fsdp_unit_head(m->layout), eu = fsdp_unit_embed(m->layout);
+    const void *w_head, *normw, *normb = NULL;
+    void *dw_head, *dnormw, *dnormb = NULL;
+    int k = 0;
+    if (m->cfg.tie_word_embeddings) {
+        w_head = at(embed_params, unit_param(m, eu, 0), m->ae);
+        dw_head = at(embed_grads, unit_param(m, eu, 0), m->ge);
+    } else {
+        w_head = at(head_params, unit_param(m, hu, 0), m->ae);
+        dw_head = at(head_grads, unit_param(m, hu, 0), m->ge);
+        k = 1;
+    }
+    normw = at(head_params, unit_param(m, hu, k), m->ae);
+    dnormw = at(head_grads, unit_param(m, hu, k), m->ge);
+    if (!m->llama) {
+        normb = at(head_params, unit_param(m, hu, k + 1), m->ae);
+        dnormb = at(head_grads, unit_param(m, hu, k + 1), m->ge);
+    }
+
+    norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, normw, normb);
+    for (int r0 = 0; r0 < m->N; r0 += m->chunk_rows) {
+        int rows = m->N - r0 < m->chunk_rows ? m->N - r0 : m->chunk_rows;
+        const char *h = (const char *)m->lnf + (size_t)r0 * m->C * m->ae;
+        char *dh = (char *)m->dln + (size_t)r0 * m->C * m->ae;
+        be->matmul_forward(be, m->logits, h, w_head, NULL, NULL, rows, m->C, m->V, 0);
+        be->cross_entropy(be, m->losses + r0, m->logits, m->targets + r0, rows, m->V, grad_scale);
+        be->matmul_backward(be, dh, dw_head, NULL, m->logits, h, w_head, rows, m->C, m->V);
+    }
+    be->sum(be, loss_sum, m->losses, (size_t)m->N, be->compute);
+    /* The norm's backward adds into the residual gradient, which starts here. */
+    be->zero(be, m->dres, (size_t)m->N * m->C * m->ae, be->compute);
+    norm_backward(m, m->dres, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean, m->lnf_rstd);
+}
+
+/* ---- backward ---- */
+
+void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, void *grads) {
+    fsdp_backend *be = m->be;
+    layer_acts *a = &m->layers[layer];
+    block_ptrs w = block_view(m, layer, params, m->ae);
+    block_ptrs g = block_view(m, layer, grads, m->ge);
+    int N = m->N, C = m->C;
+
+    /* MLP: dres is d(layer output); the residual path passes it through unchanged. */
+    if (m->llama) {
+        be->matmul_backward(be, m->dh, g.w2, NULL, m->dres, a->fc_act, w.w2, N, m->F, C);
+        be->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F);
+        be->matmul_backward(be, m->dln, g.w1, NULL, m->dfc, a->ln2, w.w1, N, C, 2 * m->F);
+    } else {
+        be->matmul_backward(be, m->dfc, g.w2, g.b2, m->dres, a->fc_act, w.w2, N, m->F, C);
+        be->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
+        be->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, m->F);
+    }
+    norm_backward(m, m->dres, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean, a->ln2_rstd);
+
+    /* Attention: dres is now d(res_mid). */
+    be->matmul_backward(be, m->datt, g.wo, g.bo, m->dres, a->att, w.wo, N, m->Q, C);
+    be->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
+                           m->Hkv, m->D);
+    if (m->llama) be->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
+    be->matmul_backward(be, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, N, C, m->QKV);
+    norm_backward(m, m->dres, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean, a->ln1_rstd);
+}
+
+void fsdp_model_embed_backward(fsdp_model *m, const void *embed_params, void *embed_grads) {
+    (void)embed_params;
+    fsdp_backend *be = m->be;
+    int u = fsdp_unit_embed(m->layout);
+    void *dwte = at(embed_grads, unit_param(m, u, 0), m->ge);
+    void *dwpe = m->llama ? NULL : at(embed_grads, unit_param(m, u, 1), m->ge);
+    be->embedding_backward(be, dwte, dwpe, m->dres, m->tokens, m->llama ? 0 : 2, m->N, m->T, m->C);
+}

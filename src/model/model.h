@@ -1,0 +1,59 @@
+/* The transformer's computation, one FSDP unit at a time, through the backend's ops.
+ *
+ * The model owns the activations of one micro-batch (one arena sized at creation) and the rotary
+ * table; it never owns parameters. The caller hands each unit's gathered working weights (and,
+ * in backward, that unit's zeroed gradient buffer) in the flat layout of src/model/layout.h, and
+ * calls the units in this order for every micro-batch:
+ *
+ *   embed_forward, block_forward(0 .. L-1), head (forward AND backward: the loss is fused with the
+ *   LM head in chunks of tokens, so full logits never exist), block_backward(L-1 .. 0), embed_backward.
+ *
+ * Nothing here knows about sharding or communication. */
+#ifndef FSDP_MODEL_MODEL_H
+#define FSDP_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../backend/backend.h"
+#include "config.h"
+#include "layout.h"
+
+typedef struct fsdp_model fsdp_model;
+
+typedef struct {
+    int batch;           /* micro-batch size B */
+    int seq;             /* sequence length T */
+    fsdp_attn attn;
+    int head_chunk_rows; /* tokens per LM-head chunk; 0 picks a chunk of about 512 MiB of logits */
+} fsdp_model_shape;
+
+/* Bytes of activations and backward scratch one micro-batch needs (the arena), for memory plans. */
+size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_model_shape *shape, size_t act_esize);
+
+fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_layout *layout,
+                              const fsdp_model_shape *shape, fsdp_err *err);
+void fsdp_model_destroy(fsdp_model *m);
+
+/* Device buffers of B*T token ids: fill them (copy_h2d on the compute stream) before embed_forward.
+ * targets[i] < 0 marks a position that does not count in the loss. */
+int32_t *fsdp_model_tokens(fsdp_model *m);
+int32_t *fsdp_model_targets(fsdp_model *m);
+
+void fsdp_model_embed_forward(fsdp_model *m, const void *embed_params);
+void fsdp_model_block_forward(fsdp_model *m, int layer, const void *block_params);
+/* Final norm, LM head and cross-entropy, forward and backward. Adds the summed loss of this
+ * micro-batch's counted tokens into *loss_sum (device fp32). The loss gradient is multiplied by
+ * grad_scale (1 / tokens counted in the whole global batch). With tied embeddings the head matrix is
+ * the EMBED unit's token embedding, read from embed_params and accumulated into embed_grads. */
+void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, const void *embed_params,
+                     void *embed_grads, float grad_scale, float *loss_sum);
+void fsdp_model_block_backward(fsdp_model *m, int layer, const void *block_params, void *block_grads);
+void fsdp_model_embed_backward(fsdp_model *m, const void *embed_params, void *embed_grads);
+
+/* The final-norm output [B*T, hidden] of the last forward, for tests and tools. */
+const void *fsdp_model_final_hidden(const fsdp_model *m);
+/* Rotary cos/sin table [T][head_dim/2][2] for positions 0..T-1 (host, fp32), as the model uses it. */
+void fsdp_model_rope_table(const fsdp_model_config *cfg, int T, float *out);
+
+#endif

@@ -1,0 +1,508 @@
+/* The FSDP unit lifecycle over the backend's streams, events and collectives. */
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../base/error.h"
+
+/* Shards are multiples of this many elements: 256-byte aligned fp32, and wide vector accesses. */
+#define SHARD_ALIGN 64
+
+/* Units of the same padded size share buffers: a ring of slots, each holding one unit at a time. */
+typedef struct {
+    int64_t elems;          /* padded unit size */
+    int capacity;
+    void *base;             /* capacity * elems elements, one allocation */
+    int *owner;             /* unit in the slot, or -1 */
+    fsdp_event **released;  /* recorded on the stream that last used the slot */
+    int *released_valid;
+} ring;
+
+typedef struct {
+    int64_t numel, decay_numel, padded, shard_len, offset; /* offset: into the shard arrays */
+    int param_ring, param_slot;                            /* gathered copy, or slot -1 */
+    int gather_event;                                      /* pool index of its pending gather, or -1 */
+    int grad_ring, grad_slot;
+} unit_state;
+
+struct fsdp_engine {
+    fsdp_backend *be;
+    fsdp_shard_options opts;
+    int *order, *pinned;
+    int num_units, cursor;
+    unit_state *units;
+
+    int shard_rank, shard_size, replica_rank, replica_size;
+    MPI_Comm shard_mpi, replica_mpi;
+    fsdp_comm *gather_comm, *reduce_comm, *replica_comm, *norm_comm;
+    fsdp_stream *gather_stream, *reduce_stream;
+
+    size_t me, ce, re; /* bytes per master / compute / reduce element */
+    int64_t total_shard;
+    void *master, *grad, *m, *v, *working;
+    ring *param_rings, *grad_rings;
+    int num_param_rings, num_grad_rings;
+    fsdp_event **grad_ready;   /* per grad-ring slot, recorded on compute when its backward is done */
+    fsdp_event *reductions_done;
+
+    /* Timing events for the measured communication wait, reused every step. */
+    fsdp_event **pool;
+    int pool_used, pool_cap;
+    int *wait_pairs; /* (begin, end) indices into pool */
+    int num_wait_pairs, wait_pairs_cap;
+    size_t bytes;
+};
+
+static const char *const STRATEGY_NAMES[] = {"FULL", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID"};
+
+int fsdp_strategy_parse(const char *text, fsdp_strategy *out) {
+    static const struct {
+        const char *name;
+        fsdp_strategy s;
+    } names[] = {{"FULL", FSDP_FULL},         {"FULL_SHARD", FSDP_FULL}, {"SHARD_GRAD_OP", FSDP_SHARD_GRAD_OP},
+                 {"NO_SHARD", FSDP_NO_SHARD}, {"HYBRID", FSDP_HYBRID}, {"HYBRID_SHARD", FSDP_HYBRID}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!strcasecmp(text, names[i].name)) {
+            *out = names[i].s;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *fsdp_strategy_name(fsdp_strategy s) { return STRATEGY_NAMES[s]; }
+
+/* ---- timing pool ---- */
+
+static fsdp_event *pool_event(fsdp_engine *e, int *index) {
+    if (e->pool_used == e->pool_cap) {
+        int cap = e->pool_cap ? 2 * e->pool_cap : 64;
+        e->pool = realloc(e->pool, (size_t)cap * sizeof *e->pool);
+        if (!e->pool) fsdp_fatal("out of host memory for timing events");
+        for (int i = e->pool_cap; i < cap; i++) e->pool[i] = e->be->event_create(e->be, 1);
+        e->pool_cap = cap;
+    }
+    *index = e->pool_used;
+    return e->pool[e->pool_used++];
+}
+
+/* Makes compute wait for `ready` (a pool event) and remembers the pair to measure the stall. */
+static void compute_waits(fsdp_engine *e, int ready_index) {
+    int begin;
+    fsdp_event *b = pool_event(e, &begin);
+    e->be->event_record(e->be, b, e->be->compute);
+    e->be->stream_wait_event(e->be, e->be->compute, e->pool[ready_index]);
+    if (e->num_wait_pairs == e->wait_pairs_cap) {
+        e->wait_pairs_cap = e->wait_pairs_cap ? 2 * e->wait_pairs_cap : 64;
+        e->wait_pairs = realloc(e->wait_pairs, (size_t)e->wait_pairs_cap * 2 * sizeof(int));
+        if (!e->wait_pairs) fsdp_fatal("out of host memory for timing events");
+    }
+    e->wait_pairs[2 * e->num_wait_pairs] = begin;
+    e->wait_pairs[2 * e->num_wait_pairs + 1] = ready_index;
+    e->num_wait_pairs++;
+}
+
+double fsdp_engine_take_comm_wait_ms(fsdp_engine *e) {
+    for (int u = 0; u < e->num_units; u++)
+        if (e->units[u].gather_event >= 0) return 0.0; /* a prefetch is still pending: measure later */
+    double total = 0.0;
+    for (int i = 0; i < e->num_wait_pairs; i++) {
+        fsdp_event *b = e->pool[e->wait_pairs[2 * i]], *r = e->pool[e->wait_pairs[2 * i + 1]];
+        e->be->event_synchronize(e->be, r);
+        e->be->event_synchronize(e->be, b);
+        float ms = e->be->event_elapsed_ms(e->be, b, r);
+        if (ms > 0.0f) total += ms; /* negative: the data was there before compute asked */
+    }
+    e->num_wait_pairs = 0;
+    e->pool_used = 0;
+    return total;
+}
+
+/* ---- rings ---- */
+
+static int find_ring(ring *rings, int n, int64_t elems) {
+    for (int i = 0; i < n; i++)
+        if (rings[i].elems == elems) return i;
+    return -1;
+}
+
+static void ring_alloc(fsdp_engine *e, ring *r, size_t esize, const char *what) {
+    r->base = e->be->alloc(e->be, (size_t)r->capacity * (size_t)r->elems * esize, what);
+    e->bytes += (size_t)r->capacity * (size_t)r->elems * esize;
+    r->owner = fsdp_xmalloc((size_t)r->capacity * sizeof(int), what);
+    r->released = fsdp_xcalloc((size_t)r->capacity, sizeof(fsdp_event *), what);
+    r->released_valid = fsdp_xcalloc((size_t)r->capacity, sizeof(int), what);
+    for (int s = 0; s < r->capacity; s++) {
+        r->owner[s] = -1;
+        r->released[s] = e->be->event_create(e->be, 0);
+    }
+}
+
+static void *slot_ptr(const ring *r, int slot, size_t esize) {
+    return (char *)r->base + (size_t)slot * (size_t)r->elems * esize;
+}
+
+static int free_slot(const ring *r) {
+    for (int s = 0; s < r->capacity; s++)
+        if (r->owner[s] < 0) return s;
+    return -1;
+}
+
+/* Groups units of equal padded size into rings with `cap(count)` slots each. */
+static int build_rings(fsdp_engine *e, ring **out, int *which, int per_unit_capacity) {
+    ring *rings = fsdp_xcalloc((size_t)e->num_units, sizeof *rings, "unit rings");
+    int *count = fsdp_xcalloc((size_t)e->num_units, sizeof(int), "unit rings");
+    int *pinned = fsdp_xcalloc((size_t)e->num_units, sizeof(int), "unit rings");
+    int n = 0;
+    for (int u = 0; u < e->num_units; u++) {
+        int r = find_ring(rings, n, e->units[u].padded);
+        if (r < 0) {
+            r = n++;
+            rings[r].elems = e->units[u].padded;
+        }
+        which[u] = r;
+        count[r]++;
+        pinned[r] += e->pinned[u];
+    }
+    for (int r = 0; r < n; r++) {
+        int cap = per_unit_capacity ? count[r] : e->opts.max_live + pinned[r];
+        rings[r].capacity = cap < count[r] ? cap : count[r];
+    }
+    free(count);
+    free(pinned);
+    *out = rings;
+    return n;
+}
+
+/* ---- creation ---- */
+
+static void split_groups(fsdp_engine *e, MPI_Comm world, const fsdp_topology *t) {
+    int shard_color, replica_color;
+    switch (e->opts.strategy) {
+    case FSDP_FULL:
+    case FSDP_SHARD_GRAD_OP: shard_color = 0, replica_color = t->rank; break;
+    case FSDP_NO_SHARD: shard_color = t->rank, replica_color = 0; break;
+    default: shard_color = t->node, replica_color = t->node_rank; break;
+    }
+    FSDP_CHECK_MPI(MPI_Comm_split(world, shard_color, t->rank, &e->shard_mpi));
+    FSDP_CHECK_MPI(MPI_Comm_split(world, replica_color, t->rank, &e->replica_mpi));
+    FSDP_CHECK_MPI(MPI_Comm_rank(e->shard_mpi, &e->shard_rank));
+    FSDP_CHECK_MPI(MPI_Comm_size(e->shard_mpi, &e->shard_size));
+    FSDP_CHECK_MPI(MPI_Comm_rank(e->replica_mpi, &e->replica_rank));
+    FSDP_CHECK_MPI(MPI_Comm_size(e->replica_mpi, &e->replica_size));
+}
+
+fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_topology *topo,
+                                const fsdp_unit_spec *specs, int num_units, const fsdp_shard_options *opts,
+                                fsdp_err *err) {
+    if (opts->strategy == FSDP_HYBRID && !topo->uniform_nodes) {
+        fsdp_errf(err, "--strategy HYBRID needs the same number of ranks on every node (use --ranks-per-node)");
+        return NULL;
+    }
+    if (opts->max_live < 1) {
+        fsdp_usagef(err, "--max-live-units must be at least 1");
+        return NULL;
+    }
+    fsdp_engine *e = fsdp_xcalloc(1, sizeof *e, "the FSDP engine");
+    e->be = be;
+    e->opts = *opts;
+    e->num_units = num_units;
+    e->order = fsdp_xmalloc((size_t)opts->order_len * sizeof(int), "the unit order");
+    memcpy(e->order, opts->order, (size_t)opts->order_len * sizeof(int));
+    e->pinned = fsdp_xcalloc((size_t)num_units, sizeof(int), "pinned units");
+    if (opts->pinned) memcpy(e->pinned, opts->pinned, (size_t)num_units * sizeof(int));
+    e->me = be->dtype_size(be, opts->master_dtype);
+    e->ce = be->dtype_size(be, opts->compute_dtype);
+    e->re = be->dtype_size(be, opts->reduce_dtype);
+
+    split_groups(e, world, topo);
+    int S = e->shard_size;
+
+    e->units = fsdp_xcalloc((size_t)num_units, sizeof *e->units, "unit state");
+    for (int u = 0; u < num_units; u++) {
+        unit_state *s = &e->units[u];
+        int64_t align = (int64_t)S * SHARD_ALIGN;
+        s->numel = specs[u].numel;
+        s->decay_numel = specs[u].decay_numel;
+        s->padded = (s->numel + align - 1) / align * align;
+        s->shard_len = s->padded / S;
+        s->offset = e->total_shard;
+        s->param_slot = -1;
+        s->grad_slot = -1;
+        s->gather_event = -1;
+        e->total_shard += s->shard_len;
+    }
+
+    /* One allocation per class of state. */
+    size_t shard_bytes = (size_t)e->total_shard * e->me;
+    e->master = be->alloc(be, shard_bytes, "master weights");
+    e->grad = be->alloc(be, shard_bytes, "gradient shards");
+    e->m = be->alloc(be, shard_bytes, "Adam first moments");
+    e->v = be->alloc(be, shard_bytes, "Adam second moments");
+    e->bytes += 4 * shard_bytes;
+    if (opts->compute_dtype == opts->master_dtype) {
+        e->working = e->master;
+    } else {
+        e->working = be->alloc(be, (size_t)e->total_shard * e->ce, "working copy of the shards");
+        e->bytes += (size_t)e->total_shard * e->ce;
+    }
+
+    int *which = fsdp_xmalloc((size_t)num_units * sizeof(int), "unit rings");
+    if (S > 1) {
+        int keep_all = opts->strategy == FSDP_SHARD_GRAD_OP;
+        e->num_param_rings = build_rings(e, &e->param_rings, which, keep_all);
+        for (int u = 0; u < num_units; u++) e->units[u].param_ring = which[u];
+        for (int r = 0; r < e->num_param_rings; r++) ring_alloc(e, &e->param_rings[r], e->ce, "gathered units");
+    }
+    e->num_grad_rings = build_rings(e, &e->grad_rings, which, 0);
+    for (int u = 0; u < num_units; u++) e->units[u].grad_ring = which[u];
+    int grad_slots = 0;
+    for (int r = 0; r < e->num_grad_rings; r++) {
+        ring_alloc(e, &e->grad_rings[r], e->re, "unit gradient buffers");
+        grad_slots += e->grad_rings[r].capacity;
+    }
+    free(which);
+    e->grad_ready = fsdp_xcalloc((size_t)grad_slots, sizeof *e->grad_ready, "gradient events");
+    for (int i = 0; i < grad_slots; i++) e->grad_ready[i] = be->event_create(be, 0);
+
+    e->gather_stream = be->stream_create(be, "gather");
+    e->reduce_stream = be->stream_create(be, "reduce");
+    e->reductions_done = NULL;
+    if (S > 1) {
+        e->gather_comm = be->comm_create(be, e->shard_mpi, "gather");
+        e->reduce_comm = be->comm_create(be, e->shard_mpi, "reduce-scatter");
+        e->norm_comm = be->comm_create(be, e->shard_mpi, "gradient norm");
+    }
+    if (e->replica_size > 1) e->replica_comm = be->comm_create(be, e->replica_mpi, "replica all-reduce");
+    if (fsdp_agree(&world, err)) {
+        fsdp_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+static void ring_free(fsdp_backend *be, ring *r) {
+    be->free(be, r->base);
+    for (int s = 0; s < r->capacity; s++) be->event_destroy(be, r->released[s]);
+    free(r->owner);
+    free(r->released);
+    free(r->released_valid);
+}
+
+void fsdp_engine_destroy(fsdp_engine *e) {
+    if (!e) return;
+    fsdp_backend *be = e->be;
+    be->stream_synchronize(be, e->gather_stream);
+    be->stream_synchronize(be, e->reduce_stream);
+    be->stream_synchronize(be, be->compute);
+    int grad_slots = 0;
+    for (int r = 0; r < e->num_grad_rings; r++) grad_slots += e->grad_rings[r].capacity;
+    for (int r = 0; r < e->num_param_rings; r++) ring_free(be, &e->param_rings[r]);
+    for (int r = 0; r < e->num_grad_rings; r++) ring_free(be, &e->grad_rings[r]);
+    for (int i = 0; i < grad_slots; i++) be->event_destroy(be, e->grad_ready[i]);
+    for (int i = 0; i < e->pool_cap; i++) be->event_destroy(be, e->pool[i]);
+    be->comm_destroy(be, e->gather_comm);
+    be->comm_destroy(be, e->reduce_comm);
+    be->comm_destroy(be, e->norm_comm);
+    be->comm_destroy(be, e->replica_comm);
+    be->stream_destroy(be, e->gather_stream);
+    be->stream_destroy(be, e->reduce_stream);
+    if (e->working != e->master) be->free(be, e->working);
+    be->free(be, e->master);
+    be->free(be, e->grad);
+    be->free(be, e->m);
+    be->free(be, e->v);
+    MPI_Comm_free(&e->shard_mpi);
+    MPI_Comm_free(&e->replica_mpi);
+    free(e->param_rings);
+    free(e->grad_rings);
+    free(e->grad_ready);
+    free(e->pool);
+    free(e->wait_pairs);
+    free(e->units);
+    free(e->order);
+    free(e->pinned);
+    free(e);
+}
+
+int fsdp_engine_shard_rank(const fsdp_engine *e) { return e->shard_rank; }
+int fsdp_engine_shard_size(const fsdp_engine *e) { return e->shard_size; }
+int fsdp_engine_replica_rank(const fsdp_engine *e) { return e->replica_rank; }
+int fsdp_engine_replica_size(const fsdp_engine *e) { return e->replica_size; }
+size_t fsdp_engine_bytes(const fsdp_engine *e) { return e->bytes; }
+
+static int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+fsdp_shard_view fsdp_engine_view(const fsdp_engine *e, int unit) {
+    const unit_state *s = &e->units[unit];
+    fsdp_shard_view v;
+    size_t off = (size_t)s->offset;
+    v.master = (char *)e->master + off * e->me;
+    v.grad = (char *)e->grad + off * e->me;
+    v.m = (char *)e->m + off * e->me;
+    v.v = (char *)e->v + off * e->me;
+    v.working = (char *)e->working + off * e->ce;
+    v.start = (int64_t)e->shard_rank * s->shard_len;
+    v.len = s->shard_len;
+    v.valid = clamp64(s->numel - v.start, 0, s->shard_len);
+    v.decay_len = clamp64(s->decay_numel - v.start, 0, s->shard_len);
+    return v;
+}
+
+/* ---- gathering ---- */
+
+static int resident(const fsdp_engine *e, int u) { return e->shard_size == 1 || e->units[u].param_slot >= 0; }
+
+/* Starts the all-gather of unit u into a free slot of its ring; returns 0 when no slot is free. */
+static int start_gather(fsdp_engine *e, int u) {
+    fsdp_backend *be = e->be;
+    unit_state *s = &e->units[u];
+    ring *r = &e->param_rings[s->param_ring];
+    int slot = free_slot(r);
+    if (slot < 0) return 0;
+    if (r->released_valid[slot]) be->stream_wait_event(be, e->gather_stream, r->released[slot]);
+    void *dst = slot_ptr(r, slot, e->ce);
+    const void *src = (const char *)e->working + (size_t)s->offset * e->ce;
+    be->all_gather(be, e->gather_comm, src, dst, (size_t)s->shard_len, e->opts.compute_dtype, e->gather_stream);
+    be->event_record(be, pool_event(e, &s->gather_event), e->gather_stream);
+    r->owner[slot] = u;
+    s->param_slot = slot;
+    return 1;
+}
+
+static void prefetch(fsdp_engine *e) {
+    int ahead = 0;
+    for (int k = e->cursor; k < e->opts.order_len && ahead < e->opts.prefetch; k++) {
+        int u = e->order[k];
+        ahead++;
+        if (resident(e, u)) continue;
+        if (!start_gather(e, u)) break; /* the ring is full: max_live bounds what is alive */
+    }
+}
+
+void fsdp_engine_begin_microbatch(fsdp_engine *e) {
+    e->cursor = 0;
+    if (e->shard_size > 1) prefetch(e);
+}
+
+const void *fsdp_engine_params(fsdp_engine *e, int u) {
+    if (e->cursor >= e->opts.order_len || e->order[e->cursor] != u)
+        fsdp_fatal("internal error: unit %d visited out of the declared order (position %d)", u, e->cursor);
+    e->cursor++;
+    unit_state *s = &e->units[u];
+    if (e->shard_size == 1) return (const char *)e->working + (size_t)s->offset * e->ce;
+    if (s->param_slot < 0 && !start_gather(e, u))
+        fsdp_fatal("internal error: no free slot to gather unit %d (--max-live-units %d)", u, e->opts.max_live);
+    /* Each gather is waited for once: a unit kept across uses (SHARD_GRAD_OP) is already there. */
+    if (s->gather_event >= 0) {
+        compute_waits(e, s->gather_event);
+        s->gather_event = -1;
+    }
+    prefetch(e);
+    return slot_ptr(&e->param_rings[s->param_ring], s->param_slot, e->ce);
+}
+
+static void release_params(fsdp_engine *e, int u) {
+    unit_state *s = &e->units[u];
+    if (e->shard_size == 1 || s->param_slot < 0) return;
+    ring *r = &e->param_rings[s->param_ring];
+    e->be->event_record(e->be, r->released[s->param_slot], e->be->compute);
+    r->released_valid[s->param_slot] = 1;
+    r->owner[s->param_slot] = -1;
+    s->param_slot = -1;
+}
+
+void fsdp_engine_done_forward(fsdp_engine *e, int u) {
+    int reshard = e->opts.strategy == FSDP_FULL || e->opts.strategy == FSDP_HYBRID;
+    if (reshard && !e->pinned[u]) release_params(e, u);
+    /* Gathers held back by a full ring can start now that a slot is free. */
+    if (e->shard_size > 1) prefetch(e);
+}
+
+/* ---- gradients ---- */
+
+static int grad_slot_index(const fsdp_engine *e, int ring_index, int slot) {
+    int base = 0;
+    for (int r = 0; r < ring_index; r++) base += e->grad_rings[r].capacity;
+    return base + slot;
+}
+
+void *fsdp_engine_grads(fsdp_engine *e, int u) {
+    fsdp_backend *be = e->be;
+    unit_state *s = &e->units[u];
+    ring *r = &e->grad_rings[s->grad_ring];
+    if (s->grad_slot < 0) {
+        int slot = free_slot(r);
+        if (slot < 0) fsdp_fatal("internal error: no free gradient buffer for unit %d", u);
+        /* The buffer's previous reduction must be finished before it is zeroed and reused. */
+        if (r->released_valid[slot]) be->stream_wait_event(be, be->compute, r->released[slot]);
+        be->zero(be, slot_ptr(r, slot, e->re), (size_t)r->elems * e->re, be->compute);
+        r->owner[slot] = u;
+        s->grad_slot = slot;
+    }
+    return slot_ptr(r, s->grad_slot, e->re);
+}
+
+void fsdp_engine_done_backward(fsdp_engine *e, int u) {
+    fsdp_backend *be = e->be;
+    unit_state *s = &e->units[u];
+    FSDP_ASSERT(s->grad_slot >= 0);
+    ring *r = &e->grad_rings[s->grad_ring];
+    int slot = s->grad_slot;
+    char *buf = slot_ptr(r, slot, e->re);
+    fsdp_event *ready = e->grad_ready[grad_slot_index(e, s->grad_ring, slot)];
+
+    be->event_record(be, ready, be->compute);
+    be->stream_wait_event(be, e->reduce_stream, ready);
+    char *mine = buf;
+    if (e->shard_size > 1) {
+        mine = buf + (size_t)e->shard_rank * (size_t)s->shard_len * e->re;
+        be->reduce_scatter(be, e->reduce_comm, buf, mine, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
+    }
+    if (e->replica_size > 1)
+        be->all_reduce(be, e->replica_comm, mine, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
+    void *grad_shard = (char *)e->grad + (size_t)s->offset * e->me;
+    be->accumulate(be, grad_shard, e->opts.master_dtype, mine, e->opts.reduce_dtype, (size_t)s->shard_len,
+                   e->reduce_stream);
+    be->event_record(be, r->released[slot], e->reduce_stream);
+    r->released_valid[slot] = 1;
+    r->owner[slot] = -1;
+    s->grad_slot = -1;
+    release_params(e, u);
+    if (e->shard_size > 1) prefetch(e);
+}
+
+/* ---- optimizer step ---- */
+
+void fsdp_engine_zero_grad_shards(fsdp_engine *e) {
+    e->be->zero(e->be, e->grad, (size_t)e->total_shard * e->me, e->be->compute);
+}
+
+void fsdp_engine_wait_reductions(fsdp_engine *e) {
+    int idx;
+    fsdp_event *done = pool_event(e, &idx);
+    e->be->event_record(e->be, done, e->reduce_stream);
+    compute_waits(e, idx);
+}
+
+void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out) {
+    fsdp_backend *be = e->be;
+    be->zero(be, out, sizeof(float), be->compute);
+    be->sum_squares(be, out, e->grad, e->opts.master_dtype, (size_t)e->total_shard, be->compute);
+    if (e->shard_size > 1) be->all_reduce(be, e->norm_comm, out, 1, FSDP_F32, be->compute);
+}
+
+void fsdp_engine_params_updated(fsdp_engine *e) {
+    for (int u = 0; u < e->num_units; u++)
+        if (e->shard_size > 1 && e->units[u].param_slot >= 0)
+            fsdp_fatal("internal error: unit %d still gathered at the optimizer step", u);
+}
+
+void fsdp_engine_refresh_working(fsdp_engine *e) {
+    if (e->working == e->master) return;
+    e->be->cast(e->be, e->working, e->opts.compute_dtype, e->master, e->opts.master_dtype, (size_t)e->total_shard,
+                e->be->compute);
+}

@@ -1,0 +1,124 @@
+/* The FSDP engine: sharded flat buffers per unit and the unit lifecycle
+ * gather -> compute -> reshard -> reduce-scatter, under four strategies.
+ *
+ * It knows units only as flat arrays of `numel` elements whose first `decay_numel` take weight
+ * decay; it knows nothing of what the elements mean. Every strategy is a pair of process groups
+ * (docs/DESIGN.md): parameters are sharded over the shard group (size S) and gradients are summed
+ * over the replica group (size R) after the reduce-scatter:
+ *
+ *   FULL           S = world, R = 1     reshard after forward, gather again for backward
+ *   SHARD_GRAD_OP  S = world, R = 1     keep gathered parameters from forward to backward
+ *   NO_SHARD       S = 1,     R = world parameters always resident; gradients all-reduced
+ *   HYBRID         S = node,  R = nodes FULL inside a node, replicas across nodes
+ *
+ * Memory, one allocation per class of state: master weights, gradients, Adam m, Adam v (all in the
+ * master dtype, sharded: padded_numel / S per unit), the compute-dtype copy of the shard that the
+ * optimizer writes and gathers send from (aliases the master when the dtypes agree), gathered units
+ * (rings of slots shared by units of equal size, at most max_live gathered at once per ring) and
+ * full-unit gradient buffers in the reduce dtype (rings of max_live slots). With S == 1 the
+ * compute copy of the shard IS the full working copy and nothing is gathered.
+ *
+ * Ordering: gathers run on a gather stream, reductions on a reduce stream, each with its own
+ * communicator; compute waits on events only. Calls must follow the visiting order given at
+ * creation (one micro-batch), which is also what drives prefetching. */
+#ifndef FSDP_SHARD_ENGINE_H
+#define FSDP_SHARD_ENGINE_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "../backend/backend.h"
+
+typedef enum { FSDP_FULL = 0, FSDP_SHARD_GRAD_OP = 1, FSDP_NO_SHARD = 2, FSDP_HYBRID = 3 } fsdp_strategy;
+
+/* Case-insensitive; accepts FULL_SHARD and HYBRID_SHARD as aliases. */
+int fsdp_strategy_parse(const char *text, fsdp_strategy *out);
+const char *fsdp_strategy_name(fsdp_strategy s);
+
+typedef struct {
+    int64_t numel;
+    int64_t decay_numel;
+} fsdp_unit_spec;
+
+/* Where this rank sits. `local_*` describe the physical node (the GPU to use); `node*` the node as
+ * the strategy sees it (emulated by --ranks-per-node). */
+typedef struct {
+    int rank, world;
+    int local_rank, local_size; /* physical node, from MPI_Comm_split_type */
+    int node, num_nodes;        /* logical node */
+    int node_rank, node_size;   /* rank inside the logical node */
+    int uniform_nodes;          /* every logical node has node_size ranks */
+} fsdp_topology;
+
+/* Collective. ranks_per_node <= 0 means "the physical nodes". Fails (err) when ranks_per_node does
+ * not divide the world. */
+int fsdp_topology_detect(MPI_Comm world, int ranks_per_node, fsdp_topology *out, fsdp_err *err);
+
+typedef struct {
+    fsdp_strategy strategy;
+    int prefetch;          /* units gathered ahead of use (0 = none) */
+    int max_live;          /* gathered units (and gradient buffers) alive at once per ring, >= 1 */
+    fsdp_dtype master_dtype, compute_dtype, reduce_dtype;
+    const int *order;      /* units as the trainer visits them for parameters in one micro-batch */
+    int order_len;
+    const int *pinned;     /* per unit: 1 = once gathered, keep until its backward is done */
+} fsdp_shard_options;
+
+typedef struct fsdp_engine fsdp_engine;
+
+/* This rank's shard of one unit. Elements [0, len) of each array map to unit elements
+ * [start, start + len); elements at or past numel are padding (zero forever). Elements
+ * [0, decay_len) take weight decay. */
+typedef struct {
+    void *master, *grad, *m, *v; /* master dtype */
+    void *working;               /* compute dtype copy of the shard (== master when aliased) */
+    int64_t start, len, valid;   /* valid: elements < numel (checkpoints skip padding) */
+    int64_t decay_len;
+} fsdp_shard_view;
+
+/* Collective over world. */
+fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_topology *topo,
+                                const fsdp_unit_spec *units, int num_units, const fsdp_shard_options *opts,
+                                fsdp_err *err);
+void fsdp_engine_destroy(fsdp_engine *e);
+
+int fsdp_engine_shard_rank(const fsdp_engine *e);
+int fsdp_engine_shard_size(const fsdp_engine *e);
+int fsdp_engine_replica_rank(const fsdp_engine *e);
+int fsdp_engine_replica_size(const fsdp_engine *e);
+fsdp_shard_view fsdp_engine_view(const fsdp_engine *e, int unit);
+/* Bytes the engine holds on the device (for memory reports). */
+size_t fsdp_engine_bytes(const fsdp_engine *e);
+
+/* ---- one micro-batch: call in the visiting order ---- */
+/* Starts a micro-batch: resets the visiting cursor and prefetches the first units. */
+void fsdp_engine_begin_microbatch(fsdp_engine *e);
+/* The unit's gathered working weights (compute dtype, full padded unit), ready on the compute
+ * stream; starts prefetching the next units in the order. */
+const void *fsdp_engine_params(fsdp_engine *e, int unit);
+/* After the unit's forward: reshard (FULL, HYBRID) unless pinned. */
+void fsdp_engine_done_forward(fsdp_engine *e, int unit);
+/* A zeroed full-unit gradient buffer (reduce dtype) for the unit, ready on the compute stream.
+ * Calling it again for the same unit before done_backward returns the same buffer. */
+void *fsdp_engine_grads(fsdp_engine *e, int unit);
+/* After the unit's backward: reduce-scatter its gradients on the reduce stream, all-reduce over
+ * replicas, add into the gradient shard; release its gathered parameters. */
+void fsdp_engine_done_backward(fsdp_engine *e, int unit);
+
+/* ---- one optimizer step ---- */
+void fsdp_engine_zero_grad_shards(fsdp_engine *e);
+/* Makes the compute stream wait for every reduction of the step. */
+void fsdp_engine_wait_reductions(fsdp_engine *e);
+/* *out (device fp32) = global sum of squares of the gradient shards, summed over the shard group
+ * (replicas hold the same values and are not counted twice). On the compute stream. */
+void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out);
+/* After the optimizer changed the shards: drops every gathered copy (they are stale). */
+void fsdp_engine_params_updated(fsdp_engine *e);
+/* Copies master -> working for every unit (after initialisation or loading a checkpoint). */
+void fsdp_engine_refresh_working(fsdp_engine *e);
+
+/* Milliseconds the compute stream waited for communication since the last call (measured with
+ * timing events; read after the step's work has completed). */
+double fsdp_engine_take_comm_wait_ms(fsdp_engine *e);
+
+#endif

@@ -1,0 +1,39 @@
+/* Everything a training run is configured by: the flags of `fsdp train`, parsed and checked. */
+#ifndef FSDP_TRAIN_OPTIONS_H
+#define FSDP_TRAIN_OPTIONS_H
+
+#include <stdint.h>
+
+#include "../base/dtype.h"
+#include "../kernels/op_args.h"
+#include "../shard/engine.h"
+
+typedef struct {
+    /* model and parallelism */
+    const char *model;          /* preset name, config.json, or a directory holding one */
+    fsdp_strategy strategy;
+    int ranks_per_node;         /* 0: physical nodes */
+    int prefetch, max_live;
+    const char *device;         /* auto, cpu, cuda */
+    /* batch and schedule */
+    int mbs, seq, grad_accum, steps;
+    double lr, min_lr, weight_decay, beta1, beta2, adam_eps, clip;
+    int warmup;
+    uint64_t seed;
+    /* precision and kernels */
+    fsdp_dtype master_dtype, compute_dtype, reduce_dtype;
+    fsdp_attn attn;
+    int head_chunk;             /* tokens per LM-head chunk, 0 = automatic */
+    /* data */
+    const char *data;           /* "synthetic" or a token file */
+    int synthetic_vocab;        /* synthetic tokens are uniform in [0, synthetic_vocab) */
+    /* checkpoints and output */
+    const char *ckpt_dir;
+    int ckpt_every, keep;
+    const char *resume;         /* NULL, "auto" or a file */
+    const char *metrics;
+    int log_every;
+    const char *run_json;       /* the flags as JSON, stored in checkpoints */
+} fsdp_train_options;
+
+#endif

@@ -1,0 +1,392 @@
+/* The training loop. */
+#include "trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../base/log.h"
+#include "../io/checkpoint.h"
+#include "../io/hf_config.h"
+#include "../io/json.h"
+#include "optimizer.h"
+
+enum { SCALAR_LOSS = 0, SCALAR_SUMSQ = 1, SCALAR_CLIP = 2, NUM_SCALARS = 4 };
+
+/* ---- set-up ---- */
+
+static int load_model_config(const char *spec, fsdp_model_config *cfg, fsdp_err *err) {
+    if (fsdp_model_preset(spec, cfg) == 0) return 0;
+    struct stat st;
+    if (stat(spec, &st) != 0) {
+        char names[256] = "";
+        for (const char *const *p = fsdp_model_preset_names(); *p; p++) {
+            strncat(names, *p, sizeof names - strlen(names) - 3);
+            if (p[1]) strncat(names, ", ", sizeof names - strlen(names) - 1);
+        }
+        return fsdp_usagef(err, "--model '%s' is neither a preset (%s) nor a config.json file or directory", spec,
+                           names);
+    }
+    return fsdp_hf_config_load(spec, cfg, err);
+}
+
+/* The order units are visited for parameters in one micro-batch; the embedding's backward needs no
+ * parameters, and a tied embedding stays gathered from its forward to its backward. */
+static void build_order(fsdp_trainer *t) {
+    int L = t->cfg.num_layers, n = 0;
+    t->order = fsdp_xmalloc((size_t)(2 * L + 2) * sizeof(int), "the unit order");
+    t->order[n++] = fsdp_unit_embed(&t->layout);
+    for (int l = 0; l < L; l++) t->order[n++] = fsdp_unit_block(&t->layout, l);
+    t->order[n++] = fsdp_unit_head(&t->layout);
+    for (int l = L - 1; l >= 0; l--) t->order[n++] = fsdp_unit_block(&t->layout, l);
+    t->order_len = n;
+    t->pinned = fsdp_xcalloc((size_t)t->layout.num_units, sizeof(int), "pinned units");
+    if (t->cfg.tie_word_embeddings) t->pinned[fsdp_unit_embed(&t->layout)] = 1;
+}
+
+static int create_engine(fsdp_trainer *t, fsdp_err *err) {
+    fsdp_unit_spec *specs = fsdp_xmalloc((size_t)t->layout.num_units * sizeof *specs, "unit specs");
+    for (int u = 0; u < t->layout.num_units; u++) {
+        specs[u].numel = t->layout.units[u].numel;
+        specs[u].decay_numel = t->layout.units[u].decay_numel;
+    }
+    fsdp_shard_options so;
+    memset(&so, 0, sizeof so);
+    so.strategy = t->opt.strategy;
+    so.prefetch = t->opt.prefetch;
+    so.max_live = t->opt.max_live;
+    so.master_dtype = t->opt.master_dtype;
+    so.compute_dtype = t->opt.compute_dtype;
+    so.reduce_dtype = t->opt.reduce_dtype;
+    so.order = t->order;
+    so.order_len = t->order_len;
+    so.pinned = t->pinned;
+    t->eng = fsdp_engine_create(t->be, t->world, &t->topo, specs, t->layout.num_units, &so, err);
+    free(specs);
+    return t->eng ? 0 : -1;
+}
+
+static int setup(fsdp_trainer *t, fsdp_err *err) {
+    const fsdp_train_options *o = &t->opt;
+    if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0 && load_model_config(o->model, &t->cfg, err) == 0) {
+        if (o->seq > t->cfg.max_position_embeddings && t->cfg.family == FSDP_FAMILY_OPT)
+            fsdp_usagef(err, "--seq %d exceeds the model's max_position_embeddings %d", o->seq,
+                        t->cfg.max_position_embeddings);
+    }
+    if (fsdp_agree(&t->world, err)) return -1;
+    fsdp_layout_build(&t->cfg, &t->layout);
+    build_order(t);
+
+    fsdp_backend_options bo;
+    memset(&bo, 0, sizeof bo);
+    bo.kind = o->device;
+    bo.act_dtype = o->compute_dtype;
+    bo.grad_dtype = o->reduce_dtype;
+    bo.local_rank = t->topo.local_rank;
+    bo.local_size = t->topo.local_size;
+    t->be = fsdp_backend_create(&bo, err);
+    if (fsdp_agree(&t->world, err)) return -1;
+
+    if (create_engine(t, err)) return -1;
+
+    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk};
+    t->model = fsdp_model_create(t->be, &t->cfg, &t->layout, &shape, err);
+    if (fsdp_agree(&t->world, err)) return -1;
+
+    if (fsdp_data_open(&t->data, o->data, o->synthetic_vocab, t->cfg.vocab_size, o->seq, o->seed, err) == 0)
+        t->data.seed = o->seed;
+    if (fsdp_agree(&t->world, err)) return -1;
+
+    size_t tokens = (size_t)o->grad_accum * o->mbs * o->seq;
+    t->host_inputs = t->be->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
+    t->host_targets = t->be->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
+    t->dev_scalars = t->be->alloc(t->be, NUM_SCALARS * sizeof(float), "step scalars");
+    t->host_scalars = t->be->alloc_host(t->be, NUM_SCALARS * sizeof(float), "step scalars");
+    t->sched.lr = o->lr;
+    t->sched.min_lr = o->min_lr;
+    t->sched.warmup = o->warmup;
+    t->sched.total = o->steps;
+    return 0;
+}
+
+static void teardown(fsdp_trainer *t) {
+    if (t->metrics) fsdp_metrics_close(t->metrics);
+    fsdp_data_close(&t->data);
+    if (t->be) {
+        t->be->stream_synchronize(t->be, t->be->compute);
+        fsdp_model_destroy(t->model);
+        fsdp_engine_destroy(t->eng);
+        if (t->host_inputs) t->be->free_host(t->be, t->host_inputs);
+        if (t->host_targets) t->be->free_host(t->be, t->host_targets);
+        if (t->host_scalars) t->be->free_host(t->be, t->host_scalars);
+        if (t->dev_scalars) t->be->free(t->be, t->dev_scalars);
+        t->be->destroy(t->be);
+    }
+    fsdp_layout_free(&t->layout);
+    free(t->order);
+    free(t->pinned);
+}
+
+/* ---- checkpoints ---- */
+
+static int resolve_resume(fsdp_trainer *t, char *path, int cap, fsdp_err *err) {
+    const char *r = t->opt.resume;
+    if (!r) return 0;
+    if (strcmp(r, "auto")) {
+        snprintf(path, (size_t)cap, "%s", r);
+        return 1;
+    }
+    int found = fsdp_ckpt_find_latest(t->opt.ckpt_dir, path, cap, err);
+    if (found < 0) return -1;
+    if (found == 0) fsdp_log("resume: no checkpoint in %s yet, starting from step 0\n", t->opt.ckpt_dir);
+    return found;
+}
+
+static int save_checkpoint(fsdp_trainer *t, fsdp_err *err) {
+    char name[64], path[4096];
+    snprintf(name, sizeof name, "step-%08d.h5", t->step);
+    snprintf(path, sizeof path, "%s/%s", t->opt.ckpt_dir, name);
+    double t0 = fsdp_now();
+    if (fsdp_trainer_save(t, path, err)) return -1;
+    if (fsdp_rank() == 0) {
+        if (fsdp_ckpt_set_latest(t->opt.ckpt_dir, name, err) == 0) fsdp_ckpt_prune(t->opt.ckpt_dir, t->opt.keep, err);
+    }
+    if (fsdp_agree(&t->world, err)) return -1;
+    fsdp_log("checkpoint: step %d written to %s in %.1f s\n", t->step, path, fsdp_now() - t0);
+    return 0;
+}
+
+/* ---- one step ---- */
+
+/* Reads this rank's samples for every micro-batch of the step; returns the tokens counted in the
+ * whole global batch (agreed over the world), or -1 on a data error (agreed). */
+static int64_t load_step_data(fsdp_trainer *t, fsdp_err *err) {
+    const fsdp_train_options *o = &t->opt;
+    int64_t counted = 0;
+    for (int a = 0; a < o->grad_accum && !err->failed; a++) {
+        for (int b = 0; b < o->mbs && !err->failed; b++) {
+            uint64_t index = fsdp_data_index(t->samples_seen, t->topo.world, o->mbs, t->topo.rank, a, b);
+            size_t at = ((size_t)a * o->mbs + b) * (size_t)o->seq;
+            if (fsdp_data_sample(&t->data, index, t->host_inputs + at, t->host_targets + at, err)) break;
+            for (int i = 0; i < o->seq; i++) counted += t->host_targets[at + (size_t)i] >= 0;
+        }
+    }
+    if (fsdp_agree(&t->world, err)) return -1;
+    FSDP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &counted, 1, MPI_INT64_T, MPI_SUM, t->world));
+    return counted;
+}
+
+static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
+    fsdp_backend *be = t->be;
+    fsdp_engine *e = t->eng;
+    fsdp_model *m = t->model;
+    const fsdp_layout *l = &t->layout;
+    int L = t->cfg.num_layers, E = fsdp_unit_embed(l), H = fsdp_unit_head(l);
+    size_t n = (size_t)t->opt.mbs * t->opt.seq, at = (size_t)a * n;
+    be->copy_h2d(be, fsdp_model_tokens(m), t->host_inputs + at, n * sizeof(int32_t), be->compute);
+    be->copy_h2d(be, fsdp_model_targets(m), t->host_targets + at, n * sizeof(int32_t), be->compute);
+
+    fsdp_engine_begin_microbatch(e);
+    const void *embed = fsdp_engine_params(e, E);
+    fsdp_model_embed_forward(m, embed);
+    fsdp_engine_done_forward(e, E);
+    for (int i = 0; i < L; i++) {
+        int u = fsdp_unit_block(l, i);
+        fsdp_model_block_forward(m, i, fsdp_engine_params(e, u));
+        fsdp_engine_done_forward(e, u);
+    }
+    const void *head = fsdp_engine_params(e, H);
+    void *head_grads = fsdp_engine_grads(e, H);
+    int tied = t->cfg.tie_word_embeddings;
+    fsdp_model_head(m, head, head_grads, tied ? embed : NULL, tied ? fsdp_engine_grads(e, E) : NULL, grad_scale,
+                    t->dev_scalars + SCALAR_LOSS);
+    fsdp_engine_done_backward(e, H);
+    for (int i = L - 1; i >= 0; i--) {
+        int u = fsdp_unit_block(l, i);
+        const void *p = fsdp_engine_params(e, u);
+        fsdp_model_block_backward(m, i, p, fsdp_engine_grads(e, u));
+        fsdp_engine_done_backward(e, u);
+    }
+    fsdp_model_embed_backward(m, NULL, fsdp_engine_grads(e, E));
+    fsdp_engine_done_backward(e, E);
+}
+
+typedef struct {
+    double loss, grad_norm, lr, step_ms, comm_wait_ms;
+} step_result;
+
+static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
+    fsdp_backend *be = t->be;
+    const fsdp_train_options *o = &t->opt;
+    double t0 = fsdp_now();
+    int64_t counted = load_step_data(t, err);
+    if (counted < 0) return -1;
+    float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
+
+    be->zero(be, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
+    fsdp_engine_zero_grad_shards(t->eng);
+    for (int a = 0; a < o->grad_accum; a++) microbatch(t, a, grad_scale);
+    fsdp_engine_wait_reductions(t->eng);
+
+    int step = t->step + 1;
+    fsdp_adamw_args args = {(float)fsdp_schedule_lr(&t->sched, step), (float)o->beta1, (float)o->beta2,
+                            (float)o->adam_eps, (float)o->weight_decay, step};
+    fsdp_optimizer_scalars sc = {t->dev_scalars + SCALAR_SUMSQ, t->dev_scalars + SCALAR_CLIP};
+    fsdp_optimizer_step(be, t->eng, t->layout.num_units, o->master_dtype, o->compute_dtype, &args, (float)o->clip,
+                        &sc);
+    be->copy_d2h(be, t->host_scalars, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
+    be->stream_synchronize(be, be->compute);
+
+    double loss_sum = t->host_scalars[SCALAR_LOSS];
+    FSDP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, t->world));
+    r->loss = counted > 0 ? loss_sum / (double)counted : 0.0;
+    r->grad_norm = sqrt((double)t->host_scalars[SCALAR_SUMSQ]);
+    r->lr = args.lr;
+    r->comm_wait_ms = fsdp_engine_take_comm_wait_ms(t->eng);
+    r->step_ms = (fsdp_now() - t0) * 1e3;
+    t->step = step;
+    t->samples_seen += (uint64_t)o->grad_accum * (uint64_t)o->mbs * (uint64_t)t->topo.world;
+    if (!isfinite(r->loss)) return fsdp_errf(err, "the loss became %g at step %d", r->loss, step);
+    return 0;
+}
+
+/* ---- reporting ---- */
+
+static void format_eta(double seconds, char *buf, size_t cap) {
+    long s = (long)(seconds + 0.5);
+    snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+}
+
+static void report_step(fsdp_trainer *t, const step_result *r, double tps, double eta_s, fsdp_err *err) {
+    if (fsdp_rank() != 0) return;
+    const fsdp_train_options *o = &t->opt;
+    if (t->step % o->log_every == 0 || t->step == o->steps) {
+        char eta[32];
+        format_eta(eta_s, eta, sizeof eta);
+        fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/GPU | %.1f ms | comm wait %.1f%% | "
+                 "ETA %s\n",
+                 (int)strlen("100"), t->step, o->steps, r->loss, r->lr, r->grad_norm, tps, r->step_ms,
+                 r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eta);
+    }
+    if (t->metrics) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s_per_gpu\": %.3f, "
+                 "\"step_ms\": %.3f, \"comm_wait_ms\": %.3f, \"samples_seen\": %llu}",
+                 t->step, r->loss, r->lr, r->grad_norm, tps, r->step_ms, r->comm_wait_ms,
+                 (unsigned long long)t->samples_seen);
+        fsdp_metrics_write(t->metrics, line, err);
+    }
+}
+
+static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int timed_steps, double total_s,
+                           fsdp_err *err) {
+    const fsdp_train_options *o = &t->opt;
+    double tokens_per_step_per_gpu = (double)o->grad_accum * o->mbs * o->seq;
+    double tps = timed_steps > 0 && timed_s > 0 ? timed_steps * tokens_per_step_per_gpu / timed_s : 0.0;
+    double course = steps_run > 0 && total_s > 0 ? steps_run * tokens_per_step_per_gpu / total_s : 0.0;
+    double flops = fsdp_model_flops_per_token(&t->cfg, o->seq);
+    double tflops = tps * flops / 1e12;
+    /* The course reports the largest per-GPU reservation. */
+    unsigned long long reserved = t->be->max_reserved_bytes, max_reserved = reserved;
+    FSDP_CHECK_MPI(MPI_Allreduce(&reserved, &max_reserved, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, t->world));
+    double gib = (double)max_reserved / (double)(1ull << 30);
+    if (fsdp_rank() != 0) return;
+    if (steps_run > 0) {
+        fsdp_log("Training throughput: %.2f Tokens/s/GPU (steady state over %d steps; %.2f by the course's formula)\n",
+                 tps, timed_steps, course);
+        if (t->be->peak_tflops > 0)
+            fsdp_log("Model FLOPs: %.1f TFLOP/s per GPU, MFU %.1f%% of %.0f TFLOP/s\n", tflops,
+                     100.0 * tflops / t->be->peak_tflops, t->be->peak_tflops);
+    }
+    fsdp_log("Max reserved %s memory: %.2f GiB\n", strcmp(t->be->name, "cpu") ? "GPU" : "CPU backend", gib);
+    if (t->metrics) {
+        char line[768];
+        snprintf(line, sizeof line,
+                 "{\"summary\": true, \"steps\": %d, \"final_step\": %d, \"tokens_per_s_per_gpu\": %.3f, "
+                 "\"tokens_per_s_per_gpu_course\": %.3f, \"tflops_per_gpu\": %.3f, \"mfu\": %.5f, "
+                 "\"max_reserved_gib\": %.4f, \"world_size\": %d, \"strategy\": \"%s\", \"device\": \"%s\"}",
+                 steps_run, t->step, tps, course, tflops, t->be->peak_tflops > 0 ? tflops / t->be->peak_tflops : 0.0,
+                 gib, t->topo.world, fsdp_strategy_name(o->strategy), t->be->device_name);
+        fsdp_metrics_write(t->metrics, line, err);
+    }
+}
+
+static void describe_run(fsdp_trainer *t) {
+    const fsdp_train_options *o = &t->opt;
+    char model[256];
+    fsdp_model_config_describe(&t->cfg, model, sizeof model);
+    double params = (double)fsdp_model_num_params(&t->cfg);
+    fsdp_log("fsdp.c %s | model %s: %s, %.2f%s parameters\n", FSDP_VERSION, o->model, model,
+             params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
+    fsdp_log("device %s x %d ranks | strategy %s (shard group %d, replica group %d) | %s master, %s compute, %s "
+             "reduce | attention %s\n",
+             t->be->device_name, t->topo.world, fsdp_strategy_name(o->strategy), fsdp_engine_shard_size(t->eng),
+             fsdp_engine_replica_size(t->eng), fsdp_dtype_name(o->master_dtype), fsdp_dtype_name(o->compute_dtype),
+             fsdp_dtype_name(o->reduce_dtype), o->attn == FSDP_ATTN_FLASH ? "flash" : "eager");
+    fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s\n", o->mbs,
+             o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world, o->seq,
+             o->data ? o->data : "synthetic");
+}
+
+/* ---- the run ---- */
+
+static int run(fsdp_trainer *t, fsdp_err *err) {
+    const fsdp_train_options *o = &t->opt;
+    if (setup(t, err)) return -1;
+
+    char resume_path[4096];
+    int resume = resolve_resume(t, resume_path, sizeof resume_path, err);
+    if (fsdp_agree(&t->world, err)) return -1;
+    if (resume > 0) {
+        if (fsdp_trainer_load(t, resume_path, err)) return -1;
+        fsdp_log("resumed from %s at step %d (%llu samples seen)\n", resume_path, t->step,
+                 (unsigned long long)t->samples_seen);
+    } else {
+        fsdp_trainer_init_weights(t);
+    }
+    if (o->ckpt_dir && fsdp_rank() == 0 && mkdir(o->ckpt_dir, 0777) != 0) {
+        struct stat st;
+        if (stat(o->ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            fsdp_errf(err, "--ckpt-dir %s cannot be created", o->ckpt_dir);
+    }
+    if (o->metrics && fsdp_rank() == 0) t->metrics = fsdp_metrics_open(o->metrics, resume > 0, err);
+    if (fsdp_agree(&t->world, err)) return -1;
+
+    describe_run(t);
+    if (t->step >= o->steps) {
+        fsdp_log("nothing to do: the run is at step %d and --steps is %d\n", t->step, o->steps);
+        return 0;
+    }
+    double start = fsdp_now(), timed_s = 0.0;
+    int first = t->step, timed_steps = 0;
+    while (t->step < o->steps) {
+        step_result r;
+        if (train_step(t, &r, err)) break;
+        /* The first step pays for allocation and kernel selection: throughput counts the rest. */
+        if (t->step > first + 1 || o->steps - first == 1) {
+            timed_s += r.step_ms / 1e3;
+            timed_steps++;
+        }
+        double avg = (fsdp_now() - start) / (t->step - first);
+        double tps = (double)o->grad_accum * o->mbs * o->seq / (r.step_ms / 1e3);
+        report_step(t, &r, tps, avg * (o->steps - t->step), err);
+        if (o->ckpt_dir && ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || t->step == o->steps))
+            if (save_checkpoint(t, err)) break;
+    }
+    if (fsdp_agree(&t->world, err)) return -1;
+    report_summary(t, t->step - first, timed_s, timed_steps, fsdp_now() - start, err);
+    return fsdp_agree(&t->world, err);
+}
+
+int fsdp_train(const fsdp_train_options *opt, fsdp_err *err) {
+    fsdp_trainer t;
+    memset(&t, 0, sizeof t);
+    t.opt = *opt;
+    t.world = MPI_COMM_WORLD;
+    int rc = run(&t, err);
+    teardown(&t);
+    return rc;
+}

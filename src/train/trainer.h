@@ -1,0 +1,50 @@
+/* The training loop: builds the model, the backend and the FSDP engine from the options, drives the
+ * unit lifecycle for every micro-batch, steps the optimizer, logs, and writes and resumes
+ * checkpoints. Every function here is collective over the world communicator. */
+#ifndef FSDP_TRAIN_TRAINER_H
+#define FSDP_TRAIN_TRAINER_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "../io/metrics.h"
+#include "../model/model.h"
+#include "../shard/engine.h"
+#include "data.h"
+#include "options.h"
+#include "schedule.h"
+
+typedef struct {
+    fsdp_train_options opt;
+    MPI_Comm world;
+    fsdp_topology topo;
+    fsdp_model_config cfg;
+    fsdp_layout layout;
+    fsdp_backend *be;
+    fsdp_engine *eng;
+    fsdp_model *model;
+    fsdp_data data;
+    fsdp_schedule sched;
+    fsdp_metrics *metrics;
+
+    int step;              /* completed optimizer steps */
+    uint64_t samples_seen; /* data position */
+    int *order, order_len; /* unit visiting order of one micro-batch */
+    int *pinned;
+
+    int32_t *host_inputs, *host_targets; /* [grad_accum][mbs*seq], pinned */
+    float *dev_scalars;                  /* loss sum, grad sum of squares, clip scale */
+    float *host_scalars;
+} fsdp_trainer;
+
+/* Runs `fsdp train` to the end. Returns 0, or -1 with err set (already agreed across ranks). */
+int fsdp_train(const fsdp_train_options *opt, fsdp_err *err);
+
+/* Checkpoints (src/train/checkpointing.c). */
+int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err);
+/* Restores weights, optimizer state, step and data position; checks the model matches. */
+int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err);
+/* Sets every parameter to its initial value (src/model/layout.h), on any layout. */
+void fsdp_trainer_init_weights(fsdp_trainer *t);
+
+#endif

@@ -1,0 +1,317 @@
+#!/usr/bin/python3
+"""Checks fsdp.c's forward and backward against an independent float64 PyTorch reference.
+
+For each case it runs tests/tools/oracle_dump (one fp32 forward+backward on the CPU backend) and
+compares the dumped logits, loss and every parameter gradient with tests/oracle/reference.py,
+requiring ||fsdp - ref|| / ||ref|| <= 1e-4 for each. It also checks that the dumped parameter and
+gradient names are exactly the parameters of the architecture, that the model config the tool
+reports is the one the case asked for, and (unless --no-mutations) that the comparison is
+sensitive: every deliberate bug in reference.MUTATIONS must make some comparison fail.
+
+Environment: FSDP_TOOLS_DIR (where oracle_dump is; default <repo>/build/tests), FSDP_TEST_TMP
+(where the dumps go; default a temporary directory). Exit status 0 on pass, 1 on failure.
+"""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+TOL = 1e-4
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+try:
+    import numpy as np
+except ImportError as e:
+    print("oracle_torch: FAIL: cannot import numpy (%s): install the Debian package python3-numpy" % e)
+    sys.exit(1)
+try:
+    import torch  # noqa: F401
+except ImportError as e:
+    print("oracle_torch: FAIL: cannot import torch (%s): install the Debian package python3-torch "
+          "(apt-get install python3-torch) and run this test with /usr/bin/python3" % e)
+    sys.exit(1)
+try:
+    import h5py  # noqa: F401
+except ImportError as e:
+    print("oracle_torch: FAIL: cannot import h5py (%s): install the Debian package python3-h5py "
+          "(apt-get install python3-h5py) and run this test with /usr/bin/python3" % e)
+    sys.exit(1)
+
+sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
+import reference  # noqa: E402
+
+DATA = os.path.join(REPO, "tests", "data")
+
+# What the presets must be (the shapes tests/oracle/README.md documents); a config file case expects
+# its own file's fields. Only the fields the reference reads are compared.
+TINY_LLAMA = {
+    "model_type": "llama", "vocab_size": 1031, "hidden_size": 48, "intermediate_size": 88,
+    "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 8,
+    "rms_norm_eps": 1e-5, "rope_theta": 100.0, "tie_word_embeddings": True,
+    "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 32},
+}
+TINY_OPT = {
+    "model_type": "opt", "vocab_size": 1031, "hidden_size": 40, "ffn_dim": 72, "num_hidden_layers": 2,
+    "num_attention_heads": 5, "max_position_embeddings": 128, "tie_word_embeddings": True,
+    "do_layer_norm_before": True, "enable_bias": True,
+}
+USED_FIELDS = {
+    "llama": ["model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
+              "rope_scaling", "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act"],
+    "opt": ["model_type", "vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads",
+            "max_position_embeddings", "tie_word_embeddings", "do_layer_norm_before", "enable_bias",
+            "word_embed_proj_dim", "activation_function", "layer_norm_elementwise_affine"],
+}
+
+
+def file_expect(path):
+    with open(path) as f:
+        cfg = json.load(f)
+    return {k: cfg[k] for k in USED_FIELDS[cfg["model_type"]] if k in cfg}
+
+
+UNTIED = os.path.join(DATA, "tiny-llama-untied", "config.json")
+# (name, MODEL argument, seed, batch, seq, attention, expected config fields)
+CASES = [
+    ("tiny-llama/flash", "tiny-llama", 11, 2, 13, "flash", TINY_LLAMA),
+    ("tiny-llama/eager", "tiny-llama", 12, 2, 17, "eager", TINY_LLAMA),
+    ("tiny-llama-untied/flash", os.path.dirname(UNTIED), 13, 2, 15, "flash", None),
+    ("tiny-llama-untied/eager", UNTIED, 14, 2, 14, "eager", None),
+    ("tiny-opt/flash", "tiny-opt", 15, 2, 15, "flash", TINY_OPT),
+    ("tiny-opt/eager", "tiny-opt", 16, 2, 13, "eager", TINY_OPT),
+]
+
+
+def rel(a, b, denom=None):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    d = np.linalg.norm(b) if denom is None else denom
+    num = np.linalg.norm(a - b)
+    if d == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return float(num / d)
+
+
+def same_value(a, b):
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None or isinstance(a, str):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=0.0)
+    return a == b
+
+
+def grad_denominators(ref_grads):
+    """||ref grad|| of each tensor, except where the reference gradient is zero in exact arithmetic.
+
+    k_proj.bias is such a tensor: adding a constant vector to every key adds the same amount to
+    every score of a query row, which softmax ignores, so its true gradient is 0 and fsdp.c's fp32
+    value is pure rounding. Those tensors are measured against the gradient of their layer's
+    weight (or of the whole model), so that rounding passes and a real error does not.
+    """
+    total = math.sqrt(sum(float(np.sum(np.asarray(g, dtype=np.float64) ** 2)) for g in ref_grads.values()))
+    out = {}
+    for name, g in ref_grads.items():
+        n = float(np.linalg.norm(g))
+        if n > 1e-9 * total:
+            out[name] = (n, None)
+            continue
+        sibling = name[: -len(".bias")] + ".weight" if name.endswith(".bias") else None
+        if sibling in ref_grads and np.linalg.norm(ref_grads[sibling]) > 1e-9 * total:
+            out[name] = (float(np.linalg.norm(ref_grads[sibling])), sibling)
+        else:
+            out[name] = (total, "all parameters")
+    return out
+
+
+def compare(dump, ref, verbose, label):
+    """Returns (ok, worst relative error, name of the worst comparison, lines)."""
+    logits, loss, grads = ref
+    lines = []
+    results = []
+
+    def check(what, err, note=""):
+        ok = err <= TOL
+        results.append((err, what, ok))
+        lines.append("  %-62s rel err %.3e%s%s" % (what, err, note, "" if ok else "   FAIL (> %.0e)" % TOL))
+
+    if dump["logits"].shape != logits.shape:
+        lines.append("  logits: shape %s, reference %s   FAIL" % (dump["logits"].shape, logits.shape))
+        results.append((math.inf, "logits shape", False))
+    else:
+        check("logits", rel(dump["logits"], logits))
+    check("loss (fsdp %.7f, ref %.7f)" % (dump["loss"], loss), abs(dump["loss"] - loss) / abs(loss))
+    denoms = grad_denominators(grads)
+    for name in sorted(grads):
+        if name not in dump["grads"]:
+            lines.append("  grad/%s: missing   FAIL" % name)
+            results.append((math.inf, "grad/" + name, False))
+            continue
+        a = dump["grads"][name]
+        if a.shape != grads[name].shape:
+            lines.append("  grad/%s: shape %s, parameter %s   FAIL" % (name, a.shape, grads[name].shape))
+            results.append((math.inf, "grad/" + name, False))
+            continue
+        d, basis = denoms[name]
+        note = "" if basis is None else "  (reference is 0; relative to ||grad %s||)" % basis
+        check("grad/" + name, rel(a, grads[name], d), note)
+    ok = all(r[2] for r in results)
+    worst = max(results, key=lambda r: r[0])
+    if verbose:
+        for line in lines:
+            print(line)
+    return ok, worst[0], worst[1]
+
+
+def run_dump(tool, case, tmp):
+    name, model, seed, B, T, attn, _ = case
+    out = os.path.join(tmp, "oracle_%s.h5" % name.replace("/", "_"))
+    env = dict(os.environ)
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
+    cmd = [tool, model, str(seed), str(B), str(T), out, attn]
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True)
+    if p.returncode != 0:
+        raise RuntimeError("%s exited with %d:\n%s" % (" ".join(cmd), p.returncode, p.stdout))
+    return out
+
+
+def check_structure(case, dump):
+    """Names, shapes and config of a dump. Returns a list of failure messages."""
+    name, model, _, B, T, _, expect = case
+    cfg = dump["config"]
+    errors = []
+    if expect is None:
+        expect = file_expect(model if model.endswith(".json") else os.path.join(model, "config.json"))
+    for key, want in expect.items():
+        if key not in cfg or not same_value(cfg[key], want):
+            errors.append("config %s is %r, the case asks for %r" % (key, cfg.get(key, "<absent>"), want))
+    try:
+        want_shapes = reference.expected_params(cfg)
+    except (KeyError, ValueError) as e:
+        return errors + ["the reference cannot model this config: %s" % e]
+    params, grads = set(dump["params"]), set(dump["grads"])
+    if params != grads:
+        errors.append("gradient names differ from parameter names: only params %s, only grads %s"
+                      % (sorted(params - grads), sorted(grads - params)))
+    missing, extra = sorted(set(want_shapes) - params), sorted(params - set(want_shapes))
+    if missing:
+        errors.append("parameters the architecture has but the dump lacks: %s" % missing)
+    if extra:
+        errors.append("parameters in the dump that the architecture does not have: %s" % extra)
+    for n in sorted(set(want_shapes) & params):
+        if tuple(dump["params"][n].shape) != tuple(want_shapes[n]):
+            errors.append("param/%s has shape %s, expected %s" % (n, dump["params"][n].shape, want_shapes[n]))
+    V = cfg.get("vocab_size")
+    if dump["input_ids"].shape != (B, T) or dump["labels"].shape != (B, T):
+        errors.append("input_ids/labels shapes %s/%s, expected %s"
+                      % (dump["input_ids"].shape, dump["labels"].shape, (B, T)))
+    elif dump["input_ids"].min() < 0 or dump["input_ids"].max() >= V:
+        errors.append("input_ids out of range")
+    elif not ((dump["labels"] == -1) | ((dump["labels"] >= 0) & (dump["labels"] < V))).all():
+        errors.append("labels out of range")
+    elif (dump["labels"] != -1).sum() == 0:
+        errors.append("no counted labels")
+    return errors
+
+
+def applies(mutation, cfg):
+    llama = cfg["model_type"] == "llama"
+    tied = cfg.get("tie_word_embeddings", True)
+    if mutation == "rope_no_llama3":
+        rs = cfg.get("rope_scaling") or {}
+        return llama and rs.get("rope_type", rs.get("type")) == "llama3"
+    if mutation in ("rope_interleaved", "gqa_modulo", "rms_eps_outside", "silu_to_gelu"):
+        if mutation == "gqa_modulo":
+            hq, hkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+            return llama and hkv not in (1, hq)
+        return llama
+    if mutation in ("opt_no_offset", "ln_unbiased_var"):
+        return not llama
+    if mutation == "tied_head_detached":
+        return tied
+    return True
+
+
+def main(argv):
+    verbose = "-q" not in argv
+    mutations = "--no-mutations" not in argv
+    tool = os.path.join(os.environ.get("FSDP_TOOLS_DIR", os.path.join(REPO, "build", "tests")), "oracle_dump")
+    if not os.access(tool, os.X_OK):
+        print("oracle_torch: FAIL: %s is not built (ninja -C build, or set FSDP_TOOLS_DIR)" % tool)
+        return 1
+    print("oracle_torch: torch %s, h5py %s, tolerance %.0e, tool %s"
+          % (torch.__version__, h5py.__version__, TOL, tool))
+    tmp_root = os.environ.get("FSDP_TEST_TMP")
+    if tmp_root:
+        os.makedirs(tmp_root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="oracle_torch.", dir=tmp_root or None)
+
+    failed = []
+    dumps = []
+    for case in CASES:
+        name = case[0]
+        print("case %s (%s, seed %d, batch %d, seq %d, %s)" % (name, os.path.relpath(case[1], REPO)
+              if os.path.sep in case[1] else case[1], case[2], case[3], case[4], case[5]))
+        try:
+            dump = reference.load_dump(run_dump(tool, case, tmp))
+        except (RuntimeError, OSError) as e:
+            print("  FAIL: %s" % e)
+            failed.append(name)
+            continue
+        errors = check_structure(case, dump)
+        for e in errors:
+            print("  FAIL: %s" % e)
+        if errors:
+            failed.append(name)
+            continue
+        ok, worst, what = compare(dump, reference.reference_from_dump(dump), verbose, name)
+        print("  %s: worst rel err %.3e (%s)" % ("ok" if ok else "FAIL", worst, what))
+        if not ok:
+            failed.append(name)
+        dumps.append((name, dump))
+
+    if mutations and dumps:
+        # Each deliberate bug in the reference must make at least one applicable case fail; else the
+        # oracle has gone blind to it (for instance because the dumped weights became degenerate).
+        print("sensitivity: each deliberate bug in the reference must be detected")
+        for mut, what in sorted(reference.MUTATIONS.items()):
+            hits = []
+            for name, dump in dumps:
+                if not applies(mut, dump["config"]):
+                    continue
+                ok, worst, where = compare(dump, reference.reference_from_dump(dump, {mut}), False, name)
+                hits.append((name, ok, worst, where))
+            if not hits:
+                print("  mutation %-20s no case applies   FAIL" % mut)
+                failed.append("mutation " + mut)
+                continue
+            undetected = [h[0] for h in hits if h[1]]
+            best = max(hits, key=lambda h: h[2])
+            print("  mutation %-20s %s in %d/%d cases, largest rel err %.2e (%s, %s)%s"
+                  % (mut, "detected", len(hits) - len(undetected), len(hits), best[2], best[0], best[3],
+                     "" if not undetected else "; not in " + ", ".join(undetected)))
+            if len(undetected) == len(hits):
+                print("    FAIL: %s went unnoticed" % what)
+                failed.append("mutation " + mut)
+
+    if failed:
+        print("oracle_torch: FAIL (%s); dumps kept in %s" % (", ".join(failed), tmp))
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("oracle_torch: PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,224 @@
+/* Token files: write/open/read round trips for both widths (and the automatic width), the exact
+ * byte layout, and a rejection naming the file for every malformed header, a size mismatch, a
+ * read past the end and an out-of-range id. No temporary file may be left behind. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/tokens.h"
+
+static int failures;
+static char dir[1024];
+
+#define CHECK(cond)                                                                                  \
+    do {                                                                                             \
+        if (!(cond)) {                                                                               \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                          \
+            failures++;                                                                              \
+        }                                                                                            \
+    } while (0)
+
+static void path_of(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void round_trip(int width, uint64_t vocab, int expect_width) {
+    enum { N = 20000 }; /* more than one internal chunk */
+    uint32_t *toks = malloc(N * sizeof *toks);
+    int32_t *back = malloc(N * sizeof *back);
+    for (int i = 0; i < N; i++) toks[i] = (uint32_t)(((uint64_t)i * 2654435761u) % vocab);
+    toks[0] = (uint32_t)(vocab - 1);
+    char path[1200];
+    path_of(path, sizeof path, "rt.bin");
+    fsdp_err err = {0};
+    CHECK(fsdp_tokens_write(path, toks, N, vocab, width, &err) == 0);
+    CHECK(file_size(path) == 64 + (long)N * expect_width);
+    fsdp_token_file f;
+    CHECK(fsdp_tokens_open(path, &f, &err) == 0);
+    CHECK(f.bytes_per_token == expect_width && f.count == N && f.vocab_size == vocab);
+    CHECK(fsdp_tokens_read(&f, 0, N, back, &err) == 0);
+    int same = 1;
+    for (int i = 0; i < N; i++) same &= back[i] == (int32_t)toks[i];
+    CHECK(same);
+    CHECK(fsdp_tokens_read(&f, 12345, 7, back, &err) == 0 && back[0] == (int32_t)toks[12345] &&
+          back[6] == (int32_t)toks[12351]);
+    CHECK(fsdp_tokens_read(&f, N, 0, back, &err) == 0);
+    memset(&err, 0, sizeof err);
+    CHECK(fsdp_tokens_read(&f, N - 3, 4, back, &err) == -1 && strstr(err.msg, path) && strstr(err.msg, "past the end"));
+    fsdp_tokens_close(&f);
+    CHECK(f.fd == -1);
+    free(toks);
+    free(back);
+}
+
+/* The documented layout, byte for byte. */
+static void test_layout(void) {
+    char path[1200];
+    path_of(path, sizeof path, "layout.bin");
+    uint32_t toks[3] = {1, 258, 65535};
+    fsdp_err err = {0};
+    CHECK(fsdp_tokens_write(path, toks, 3, 65536, 2, &err) == 0);
+    unsigned char b[80] = {0};
+    FILE *f = fopen(path, "rb");
+    CHECK(f && fread(b, 1, sizeof b, f) == 70);
+    if (f) fclose(f);
+    CHECK(!memcmp(b, "FSDPTOK\0", 8));
+    CHECK(b[8] == 1 && b[9] == 0 && b[12] == 2 && b[16] == 3 && b[24] == 0 && b[25] == 0 && b[26] == 1);
+    int zero = 1;
+    for (int i = 32; i < 64; i++) zero &= b[i] == 0;
+    CHECK(zero);
+    CHECK(b[64] == 1 && b[65] == 0 && b[66] == 2 && b[67] == 1 && b[68] == 0xFF && b[69] == 0xFF);
+    remove(path);
+}
+
+/* Opens a file made of a header and `data_bytes` bytes of zero tokens. */
+static int open_raw(const unsigned char *header, size_t header_len, long data_bytes, char *path, size_t cap,
+                    fsdp_err *err) {
+    path_of(path, cap, "raw.bin");
+    FILE *f = fopen(path, "wb");
+    fwrite(header, 1, header_len, f);
+    for (long i = 0; i < data_bytes; i++) fputc(0, f);
+    fclose(f);
+    fsdp_token_file tf;
+    int rc = fsdp_tokens_open(path, &tf, err);
+    if (rc == 0) fsdp_tokens_close(&tf);
+    remove(path);
+    return rc;
+}
+
+/* Opening must fail with a message that starts with the path and contains `want`. */
+static void expect_open_error(const unsigned char *header, size_t header_len, long data_bytes, const char *want) {
+    char path[1200];
+    fsdp_err err = {0};
+    int rc = open_raw(header, header_len, data_bytes, path, sizeof path, &err);
+    if (rc != -1 || strstr(err.msg, path) != err.msg || !strstr(err.msg, want)) {
+        fprintf(stderr, "FAIL: opening a file that should give '%s': rc %d, %s\n", want, rc, err.msg);
+        failures++;
+    }
+}
+
+static void make_header(unsigned char *h, uint32_t version, uint32_t width, uint64_t count, uint64_t vocab) {
+    memset(h, 0, 64);
+    memcpy(h, "FSDPTOK", 8);
+    for (int i = 0; i < 4; i++) h[8 + i] = (unsigned char)(version >> (8 * i));
+    for (int i = 0; i < 4; i++) h[12 + i] = (unsigned char)(width >> (8 * i));
+    for (int i = 0; i < 8; i++) h[16 + i] = (unsigned char)(count >> (8 * i));
+    for (int i = 0; i < 8; i++) h[24 + i] = (unsigned char)(vocab >> (8 * i));
+}
+
+static void test_bad_files(void) {
+    unsigned char h[64];
+    char path[1200];
+    fsdp_err err = {0};
+    make_header(h, 1, 2, 1000, 50000);
+    CHECK(open_raw(h, 64, 2000, path, sizeof path, &err) == 0); /* the baseline the cases below break */
+    h[0] = 'X';
+    expect_open_error(h, 64, 2000, "bad magic");
+    make_header(h, 2, 2, 1000, 50000);
+    expect_open_error(h, 64, 2000, "version 2");
+    make_header(h, 1, 3, 1000, 50000);
+    expect_open_error(h, 64, 3000, "3 bytes per token");
+    make_header(h, 1, 2, 1000, 0);
+    expect_open_error(h, 64, 2000, "vocabulary size 0");
+    make_header(h, 1, 4, 1000, 1ULL << 31);
+    expect_open_error(h, 64, 4000, "vocabulary size 2147483648");
+    make_header(h, 1, 2, 1000, 50000);
+    expect_open_error(h, 64, 1500, "header says 1000 tokens (2000 bytes of data) but the file holds 1500 bytes");
+    expect_open_error(h, 64, 2002, "but the file holds 2002 bytes");
+    make_header(h, 1, 4, 1ULL << 62, 50000);
+    expect_open_error(h, 64, 16, "header says 4611686018427387904 tokens");
+    expect_open_error(h, 30, 0, "shorter than the 64-byte");
+    char missing[1200];
+    path_of(missing, sizeof missing, "missing.bin");
+    fsdp_token_file tf;
+    CHECK(fsdp_tokens_open(missing, &tf, &err) == -1 && strstr(err.msg, missing) && strstr(err.msg, "No such file"));
+}
+
+static void test_bad_ids(void) {
+    /* A file whose header promises vocabulary 100 but holds id 100 at position 4321. */
+    char path[1200];
+    path_of(path, sizeof path, "ids.bin");
+    uint32_t *toks = calloc(5000, sizeof *toks);
+    fsdp_err err = {0};
+    CHECK(fsdp_tokens_write(path, toks, 5000, 65536, 2, &err) == 0);
+    FILE *f = fopen(path, "r+b");
+    unsigned char h[64];
+    make_header(h, 1, 2, 5000, 100);
+    fwrite(h, 1, 64, f);
+    fseek(f, 64 + 4321 * 2, SEEK_SET);
+    fputc(100, f);
+    fclose(f);
+    fsdp_token_file tf;
+    int32_t out[5000];
+    CHECK(fsdp_tokens_open(path, &tf, &err) == 0);
+    CHECK(fsdp_tokens_read(&tf, 0, 4321, out, &err) == 0);
+    CHECK(fsdp_tokens_read(&tf, 4000, 1000, out, &err) == -1);
+    CHECK(strstr(err.msg, path) == err.msg && strstr(err.msg, "token 4321 is 100") &&
+          strstr(err.msg, "vocabulary size 100"));
+    fsdp_tokens_close(&tf);
+    remove(path);
+
+    /* The writer refuses ids that do not fit, and writes nothing. */
+    toks[7] = 70000;
+    memset(&err, 0, sizeof err);
+    CHECK(fsdp_tokens_write(path, toks, 5000, 65536, 0, &err) == -1 && strstr(err.msg, path) &&
+          strstr(err.msg, "token 7 is 70000"));
+    memset(&err, 0, sizeof err);
+    CHECK(fsdp_tokens_write(path, toks, 5000, 100000, 2, &err) == -1 && strstr(err.msg, "token 7 is 70000"));
+    memset(&err, 0, sizeof err);
+    CHECK(fsdp_tokens_write(path, toks, 5000, 100000, 3, &err) == -1 && strstr(err.msg, "2 or 4"));
+    memset(&err, 0, sizeof err);
+    CHECK(fsdp_tokens_write(path, toks, 5000, 0, 0, &err) == -1 && strstr(err.msg, "vocabulary size 0"));
+    CHECK(file_size(path) == -1);
+    free(toks);
+
+    /* A write into a missing directory fails cleanly. */
+    char nodir[1200];
+    path_of(nodir, sizeof nodir, "no/such/dir.bin");
+    uint32_t one = 0;
+    memset(&err, 0, sizeof err);
+    CHECK(fsdp_tokens_write(nodir, &one, 1, 10, 0, &err) == -1 && strstr(err.msg, "no/such/dir.bin"));
+}
+
+static int count_tmp_files(void) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".tmp") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+int main(void) {
+    const char *tmp = getenv("FSDP_TEST_TMP") ? getenv("FSDP_TEST_TMP") : "/tmp";
+    snprintf(dir, sizeof dir, "%s/test_tokens_%d", tmp, (int)getpid());
+    if (mkdir(dir, 0755)) {
+        perror(dir);
+        return 1;
+    }
+    round_trip(2, 50272, 2);
+    round_trip(4, 50272, 4);
+    round_trip(4, 128256, 4);
+    round_trip(0, 65536, 2);
+    round_trip(0, 65537, 4);
+    round_trip(2, 7, 2);
+    test_layout();
+    test_bad_files();
+    test_bad_ids();
+    CHECK(count_tmp_files() == 0);
+    char path[1200];
+    path_of(path, sizeof path, "rt.bin");
+    remove(path);
+    rmdir(dir);
+    if (failures) {
+        fprintf(stderr, "test_tokens: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_tokens: ok\n");
+    return 0;
+}

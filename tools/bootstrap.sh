@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what fsdp.c needs from Debian's packages (only the ones missing) and builds it in build/.
+#   tools/bootstrap.sh            # packages to build and run
+#   tools/bootstrap.sh --tests    # also the packages the test suite needs (PyTorch and h5py for /usr/bin/python3)
+# The CUDA backend is built when nvcc (CUDA 12.8+ toolkit with NCCL) is found; pass FSDP_CMAKE_ARGS to override,
+# e.g. FSDP_CMAKE_ARGS=-DFSDP_CUDA=OFF.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build openmpi-bin libopenmpi-dev libhdf5-openmpi-dev)
+if [ "${1:-}" = "--tests" ]; then
+  packages+=(python3-torch python3-h5py python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nvcc lives outside PATH in a default CUDA install.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+# shellcheck disable=SC2086
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${FSDP_CMAKE_ARGS:-} >/dev/null
+cmake --build build
