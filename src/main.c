@@ -43,7 +43,11 @@ int main(int argc, char **argv) {
         if (rank == 0) usage(stdout);
         status = argc < 2 ? 2 : 0;
     } else if (!strcmp(argv[1], "--version")) {
-        if (rank == 0) printf("fsdp.c %s\n", FSDP_VERSION);
+#ifdef FSDP_HAVE_CUDA
+        if (rank == 0) printf("fsdp.c %s (backends: cpu, cuda)\n", FSDP_VERSION);
+#else
+        if (rank == 0) printf("fsdp.c %s (backends: cpu)\n", FSDP_VERSION);
+#endif
         status = 0;
     } else {
         const command *cmd = NULL;

@@ -12,6 +12,13 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+#define FSDP_NORETURN [[noreturn]]
+extern "C" {
+#else
+#define FSDP_NORETURN _Noreturn
+#endif
+
 typedef struct {
     int failed;      /* 0 = fine */
     int status;      /* exit status to use: 1 for errors, 2 for usage errors */
@@ -29,7 +36,7 @@ int fsdp_rank(void);
 int fsdp_world(void);
 
 /* Prints "fsdp: rank R: <message>" to stderr, runs clean-up hooks, aborts every rank. */
-_Noreturn void fsdp_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+FSDP_NORETURN void fsdp_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Clean-up hooks run by fsdp_fatal and by fsdp_exit_error, newest first. */
 typedef void (*fsdp_cleanup_fn)(void *arg);
@@ -43,7 +50,7 @@ int fsdp_agree(const void *mpi_comm, fsdp_err *err);
 
 /* Prints "fsdp: error: <msg>" on rank 0 (or on the caller when `every_rank`), runs clean-up hooks,
  * finalizes MPI if it is up and exits with err->status. Call it on every rank after fsdp_agree. */
-_Noreturn void fsdp_exit_error(const fsdp_err *err, int every_rank);
+FSDP_NORETURN void fsdp_exit_error(const fsdp_err *err, int every_rank);
 
 #define FSDP_STR2(x) #x
 #define FSDP_STR(x) FSDP_STR2(x)
@@ -54,7 +61,7 @@ _Noreturn void fsdp_exit_error(const fsdp_err *err, int every_rank);
         int fsdp_mpi_rc_ = (call);                                                                   \
         if (fsdp_mpi_rc_ != 0) fsdp_mpi_failed(fsdp_mpi_rc_, #call, __FILE__, __LINE__);             \
     } while (0)
-_Noreturn void fsdp_mpi_failed(int rc, const char *call, const char *file, int line);
+FSDP_NORETURN void fsdp_mpi_failed(int rc, const char *call, const char *file, int line);
 
 /* Invariants that indicate a bug, not bad input. */
 #define FSDP_ASSERT(cond)                                                                            \
@@ -65,5 +72,9 @@ _Noreturn void fsdp_mpi_failed(int rc, const char *call, const char *file, int l
 /* malloc/calloc that abort with a message naming what was being allocated. */
 void *fsdp_xmalloc(size_t bytes, const char *what);
 void *fsdp_xcalloc(size_t count, size_t size, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -3,9 +3,17 @@
 #ifndef FSDP_BASE_LOG_H
 #define FSDP_BASE_LOG_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void fsdp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void fsdp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Seconds on a monotonic clock. */
 double fsdp_now(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

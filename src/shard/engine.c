@@ -46,7 +46,8 @@ struct fsdp_engine {
     ring *param_rings, *grad_rings;
     int num_param_rings, num_grad_rings;
     fsdp_event **grad_ready;   /* per grad-ring slot, recorded on compute when its backward is done */
-    fsdp_event *reductions_done;
+    fsdp_event *updated;       /* recorded on compute after the optimizer wrote the working shards */
+    int updated_valid;
 
     /* Timing events for the measured communication wait, reused every step. */
     fsdp_event **pool;
@@ -270,7 +271,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
 
     e->gather_stream = be->stream_create(be, "gather");
     e->reduce_stream = be->stream_create(be, "reduce");
-    e->reductions_done = NULL;
+    e->updated = be->event_create(be, 0);
     if (S > 1) {
         e->gather_comm = be->comm_create(be, e->shard_mpi, "gather");
         e->reduce_comm = be->comm_create(be, e->shard_mpi, "reduce-scatter");
@@ -304,6 +305,7 @@ void fsdp_engine_destroy(fsdp_engine *e) {
     for (int r = 0; r < e->num_grad_rings; r++) ring_free(be, &e->grad_rings[r]);
     for (int i = 0; i < grad_slots; i++) be->event_destroy(be, e->grad_ready[i]);
     for (int i = 0; i < e->pool_cap; i++) be->event_destroy(be, e->pool[i]);
+    be->event_destroy(be, e->updated);
     be->comm_destroy(be, e->gather_comm);
     be->comm_destroy(be, e->reduce_comm);
     be->comm_destroy(be, e->norm_comm);
@@ -364,6 +366,8 @@ static int start_gather(fsdp_engine *e, int u) {
     int slot = free_slot(r);
     if (slot < 0) return 0;
     if (r->released_valid[slot]) be->stream_wait_event(be, e->gather_stream, r->released[slot]);
+    /* The shard it sends is what the last optimizer step wrote on the compute stream. */
+    if (e->updated_valid) be->stream_wait_event(be, e->gather_stream, e->updated);
     void *dst = slot_ptr(r, slot, e->ce);
     const void *src = (const char *)e->working + (size_t)s->offset * e->ce;
     be->all_gather(be, e->gather_comm, src, dst, (size_t)s->shard_len, e->opts.compute_dtype, e->gather_stream);
@@ -495,10 +499,22 @@ void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out) {
     if (e->shard_size > 1) be->all_reduce(be, e->norm_comm, out, 1, FSDP_F32, be->compute);
 }
 
+void fsdp_engine_unit_updated(fsdp_engine *e, int u) {
+    if (e->shard_size == 1) return;
+    e->be->event_record(e->be, e->updated, e->be->compute);
+    e->updated_valid = 1;
+    /* The next step opens with these units: gathering them now hides the gathers behind the rest
+     * of the optimizer step instead of exposing them at the start of the next. */
+    for (int k = 0; k <= e->opts.prefetch && k < e->opts.order_len; k++)
+        if (e->order[k] == u && !resident(e, u)) start_gather(e, u);
+}
+
 void fsdp_engine_params_updated(fsdp_engine *e) {
     for (int u = 0; u < e->num_units; u++)
-        if (e->shard_size > 1 && e->units[u].param_slot >= 0)
+        if (e->shard_size > 1 && e->units[u].param_slot >= 0 && e->units[u].gather_event < 0)
             fsdp_fatal("internal error: unit %d still gathered at the optimizer step", u);
+    e->be->event_record(e->be, e->updated, e->be->compute);
+    e->updated_valid = 1;
 }
 
 void fsdp_engine_refresh_working(fsdp_engine *e) {

@@ -112,13 +112,17 @@ void fsdp_engine_wait_reductions(fsdp_engine *e);
 /* *out (device fp32) = global sum of squares of the gradient shards, summed over the shard group
  * (replicas hold the same values and are not counted twice). On the compute stream. */
 void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out);
-/* After the optimizer changed the shards: drops every gathered copy (they are stale). */
+/* After the optimizer updated unit u's shard (compute stream): if the next step opens with u, its
+ * gather starts now, behind the rest of the optimizer step. */
+void fsdp_engine_unit_updated(fsdp_engine *e, int u);
+/* After the optimizer updated every shard; gathers issued later wait for it. */
 void fsdp_engine_params_updated(fsdp_engine *e);
 /* Copies master -> working for every unit (after initialisation or loading a checkpoint). */
 void fsdp_engine_refresh_working(fsdp_engine *e);
 
 /* Milliseconds the compute stream waited for communication since the last call (measured with
- * timing events; read after the step's work has completed). */
+ * timing events; waits for them, so call it after the step's backward and before the optimizer
+ * starts the next step's gathers). */
 double fsdp_engine_take_comm_wait_ms(fsdp_engine *e);
 
 #endif

@@ -21,6 +21,7 @@ void fsdp_optimizer_step(fsdp_backend *be, fsdp_engine *eng, int num_units, fsdp
                       (char *)v.v + off * me, master_dtype, (size_t)(v.len - v.decay_len), &no_decay, sc->scale,
                       working ? working + off * ce : NULL, compute_dtype, be->compute);
         }
+        fsdp_engine_unit_updated(eng, u);
     }
     fsdp_engine_params_updated(eng);
 }

@@ -229,6 +229,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     fsdp_engine_zero_grad_shards(t->eng);
     for (int a = 0; a < o->grad_accum; a++) microbatch(t, a, grad_scale);
     fsdp_engine_wait_reductions(t->eng);
+    r->comm_wait_ms = fsdp_engine_take_comm_wait_ms(t->eng);
 
     int step = t->step + 1;
     fsdp_adamw_args args = {(float)fsdp_schedule_lr(&t->sched, step), (float)o->beta1, (float)o->beta2,
@@ -244,7 +245,6 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     r->loss = counted > 0 ? loss_sum / (double)counted : 0.0;
     r->grad_norm = sqrt((double)t->host_scalars[SCALAR_SUMSQ]);
     r->lr = args.lr;
-    r->comm_wait_ms = fsdp_engine_take_comm_wait_ms(t->eng);
     r->step_ms = (fsdp_now() - t0) * 1e3;
     t->step = step;
     t->samples_seen += (uint64_t)o->grad_accum * (uint64_t)o->mbs * (uint64_t)t->topo.world;

@@ -19,6 +19,16 @@ ENV.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 FAILURES = []
 
 
+def has_cuda_backend():
+    """True when the built program has the CUDA backend and a GPU is visible."""
+    try:
+        version = subprocess.run([BIN, "--version"], env=ENV, capture_output=True, text=True, timeout=60).stdout
+        gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return "cuda" in version and sum(1 for l in gpus.splitlines() if l.startswith("GPU"))
+
+
 def tmpdir(name):
     base = os.environ.get("FSDP_TEST_TMP") or tempfile.gettempdir()
     path = os.path.join(base, name)

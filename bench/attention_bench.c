@@ -1,0 +1,135 @@
+/* Times the flash attention kernels (fsdp_cuda_flash_forward / _backward, bf16) at training
+ * shapes and prints TFLOP/s. Causal FLOPs are counted as forward = 2 * B * Hq * T * T * D (two
+ * products of 2 * T * T * D each, halved by the mask) and backward = 2.5 x forward, the usual
+ * convention, whatever the kernels actually compute (the deterministic backward recomputes P and
+ * does 7 products, not 5). Each figure is the median of 20 timed runs (CUDA events) after 3
+ * warm-up runs, on random inputs. Not a test: no pass/fail; exits 0 without a GPU.
+ *
+ * Build: gcc -std=c11 -O2 -Isrc -I/usr/local/cuda/include bench/attention_bench.c <libfsdp_core.a and
+ * its dependencies> -L/usr/local/cuda/lib64 -lcudart */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "kernels/ops_cuda.h"
+
+#define CK(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "attention_bench: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,          \
+                    cudaGetErrorString(e_));                                                                 \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define WARMUP 3
+#define REPS 20
+
+static uint64_t g_rng = 0x853c49e6748fea9bull;
+static float rnd_sym(void) { /* splitmix64 -> uniform (-1.7, 1.7): magnitude ~1 */
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0) * 1.7320508);
+}
+
+static void *rand_bf16_dev(size_t n) {
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    if (!h) {
+        fprintf(stderr, "attention_bench: out of host memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(rnd_sym());
+    void *d;
+    CK(cudaMalloc(&d, n * sizeof(uint16_t)));
+    CK(cudaMemcpy(d, h, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    void *out, *dout, *qkv, *dqkv;
+    float *lse, *scratch;
+    int B, T, Hq, Hkv, D;
+} shape;
+
+static void run_fwd(const shape *s) {
+    fsdp_cuda_flash_forward(s->out, s->lse, s->qkv, s->B, s->T, s->Hq, s->Hkv, s->D, FSDP_BF16, 0);
+}
+static void run_bwd(const shape *s) {
+    fsdp_cuda_flash_backward(s->dqkv, s->dout, s->qkv, s->out, s->lse, s->B, s->T, s->Hq, s->Hkv, s->D, FSDP_BF16,
+                             s->scratch, 0);
+}
+
+/* Median milliseconds of REPS runs of fn. */
+static float time_ms(void (*fn)(const shape *), const shape *s) {
+    cudaEvent_t e0, e1;
+    float ms[REPS];
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < WARMUP; i++) fn(s);
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < REPS; i++) {
+        CK(cudaEventRecord(e0, 0));
+        fn(s);
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    qsort(ms, REPS, sizeof(float), cmp_float);
+    return 0.5f * (ms[REPS / 2 - 1] + ms[REPS / 2]);
+}
+
+static void bench(int B, int T, int Hq, int Hkv, int D) {
+    shape s = {0};
+    s.B = B, s.T = T, s.Hq = Hq, s.Hkv = Hkv, s.D = D;
+    const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, no = (size_t)B * T * Hq * D;
+    s.qkv = rand_bf16_dev(nqkv);
+    s.dout = rand_bf16_dev(no);
+    CK(cudaMalloc(&s.out, no * 2));
+    CK(cudaMalloc(&s.dqkv, nqkv * 2));
+    CK(cudaMalloc((void **)&s.lse, (size_t)B * Hq * T * sizeof(float)));
+    CK(cudaMalloc((void **)&s.scratch, fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D) + 16));
+
+    const double fwd_flop = 2.0 * B * Hq * (double)T * T * D, bwd_flop = 2.5 * fwd_flop;
+    const float fwd_ms = time_ms(run_fwd, &s);
+    const float bwd_ms = time_ms(run_bwd, &s);
+    printf("B=%-3d T=%-5d Hq=%-3d Hkv=%-3d D=%-4d  fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s\n", B, T,
+           Hq, Hkv, D, fwd_ms, fwd_flop / (fwd_ms * 1e-3) / 1e12, bwd_ms, bwd_flop / (bwd_ms * 1e-3) / 1e12);
+    fflush(stdout);
+
+    CK(cudaFree(s.qkv));
+    CK(cudaFree(s.dout));
+    CK(cudaFree(s.out));
+    CK(cudaFree(s.dqkv));
+    CK(cudaFree(s.lse));
+    CK(cudaFree(s.scratch));
+}
+
+int main(void) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("attention_bench: no GPU, nothing to time\n");
+        return 0;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("attention_bench on %s (%d SMs); causal, bf16, flash path\n", prop.name, prop.multiProcessorCount);
+    bench(8, 2048, 32, 8, 64);
+    bench(32, 1024, 32, 8, 64);
+    bench(4, 2048, 32, 32, 128);
+    return 0;
+}

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Runs fsdp.c and the PyTorch reference (torch_bench.py) on the same GPU host in the same call and
+prints one table: model, configuration, tokens/s/GPU, TFLOP/s, MFU (of 989 TFLOP/s), peak reserved
+GiB, and the ratio of fsdp.c to the reference's same configuration. Results (the table, every exact
+command, and the raw records) go to bench/results/DATE-DEVICE-SUITE.md and .json.
+
+  python3 bench/compare.py --suite headline            # Llama-3.2-1B and OPT-1.3B, best recipe each
+  python3 bench/compare.py --suite ladder              # the course's ladder, both models
+  python3 bench/compare.py --suite fsdp2 --gpus 2      # 1 and 2 GPUs, FULL / SHARD_GRAD_OP / NO_SHARD
+  python3 bench/compare.py --suite headline --only fsdp   # skip the reference (no ratios)
+
+Each row is one run of each program; both report steady-state throughput (fsdp.c: every step but
+the first; torch_bench.py: after its warm-up steps). Needs: build/fsdp (CUDA backend), mpirun,
+python3 with PyTorch and transformers (the GPU hosts have them), torch_bench.py (--reference).
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PEAK = 989.0  # dense bf16 TFLOP/s of an H100/H200 SXM, the MFU denominator
+
+MODELS = {"llama1b": ("llama-3.2-1b", "Llama-3.2-1B"), "opt13b": ("opt-1.3b", "OPT-1.3B"),
+          "llama2_7b": ("llama-2-7b", "Llama-2-7B")}
+
+
+def row(model, label, mbs, ours, ref, seq=1024, gpus=1):
+    return dict(model=model, label=label, mbs=mbs, ours=ours, ref=ref, seq=seq, gpus=gpus)
+
+
+def suite(name, args):
+    """(model, label, mbs, fsdp.c flags, torch_bench flags) for every row of a suite."""
+    best = ["--model-precision", "fp32", "--mixed-precision", "bf16", "--attn", "flash"]
+    if name == "headline":
+        return [row("llama1b", "bf16 mixed, flash; reference torch.compile", 32, best,
+                    ["hf", "--prec", "bf16", "--amp", "bf16", "--attn", "sdpa", "--compile"]),
+                row("opt13b", "bf16 mixed, flash; reference torch.compile", 24, best,
+                    ["hf", "--prec", "bf16", "--amp", "bf16", "--attn", "sdpa", "--compile"])]
+    if name == "ladder":
+        rows = []
+        for model, base_mbs in (("llama1b", 6), ("opt13b", 4)):
+            rungs = [("fp32, eager (course task 1)", base_mbs, ["--model-precision", "fp32", "--mixed-precision", "no",
+                                                                 "--attn", "eager"], ["--prec", "fp32", "--amp", "no", "--attn", "eager"]),
+                     ("fp32 + bf16 mixed precision, eager", base_mbs, ["--model-precision", "fp32", "--mixed-precision",
+                                                                       "bf16", "--attn", "eager"], ["--prec", "fp32", "--amp", "bf16", "--attn", "eager"]),
+                     ("bf16 model, eager", base_mbs, ["--model-precision", "bf16", "--mixed-precision", "bf16", "--attn",
+                                                      "eager"], ["--prec", "bf16", "--amp", "bf16", "--attn", "eager"]),
+                     ("bf16 model, flash / sdpa", base_mbs, ["--model-precision", "bf16", "--mixed-precision", "bf16",
+                                                             "--attn", "flash"], ["--prec", "bf16", "--amp", "bf16", "--attn", "sdpa"]),
+                     ("bf16 model, flash, fused kernels / torch.compile", base_mbs,
+                      ["--model-precision", "bf16", "--mixed-precision", "bf16", "--attn", "flash"],
+                      ["--prec", "bf16", "--amp", "bf16", "--attn", "sdpa", "--compile"]),
+                     ("bf16 model, flash, largest micro-batch", 32 if model == "llama1b" else 24,
+                      ["--model-precision", "bf16", "--mixed-precision", "bf16", "--attn", "flash"],
+                      ["--prec", "bf16", "--amp", "bf16", "--attn", "sdpa", "--compile"])]
+            for label, mbs, ours, ref in rungs:
+                rows.append(row(model, label, mbs, ours, ["hf"] + ref))
+        return rows
+    if name == "fsdp2":
+        rows = []
+        for gpus in (1, args.gpus):
+            for strategy in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"):
+                rows.append(row("llama1b", "%s, %d GPU(s)" % (strategy, gpus), 16, best + ["--strategy", strategy],
+                                ["fsdp", "--strategy", strategy, "--attn", "sdpa"], gpus=gpus))
+        return rows
+    raise SystemExit("unknown suite %r (headline, ladder, fsdp2)" % name)
+
+
+def run(cmd, env, timeout):
+    print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        return 124, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else str(e.stdout or "")
+
+
+def run_fsdp(r, args, env, workdir):
+    metrics = os.path.join(workdir, "fsdp-%s-%d-%d-%s.jsonl" % (r["model"], r["mbs"], r["gpus"],
+                                                               re.sub(r"\W+", "_", r["label"])[:40]))
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    cmd = ["mpirun", "-np", str(r["gpus"]), "--bind-to", "none", args.fsdp, "train", "--model", MODELS[r["model"]][0],
+           "--seq", str(r["seq"]), "--mbs", str(r["mbs"]), "--steps", str(args.steps), "--lr", "1e-5",
+           "--device", "cuda", "--log-every", "5", "--metrics", metrics] + r["ours"]
+    rc, out = run(cmd, env, args.timeout)
+    rec = dict(command=" ".join(shlex.quote(c) for c in cmd), rc=rc)
+    summary = None
+    if os.path.exists(metrics):
+        for line in open(metrics):
+            obj = json.loads(line)
+            if obj.get("summary"):
+                summary = obj
+    if rc == 0 and summary:
+        rec.update(tps=summary["tokens_per_s_per_gpu"], gib=summary["max_reserved_gib"])
+    else:
+        rec["error"] = "OOM" if "out of GPU memory" in out else out.strip().splitlines()[-1][:300] if out.strip() else "failed"
+        rec["tail"] = out[-2000:]
+    return rec
+
+
+def run_ref(r, args, env):
+    if r["gpus"] > 1 or r["ref"][0] == "fsdp":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(r["gpus"]), args.reference]
+    else:
+        cmd = [sys.executable, args.reference]
+    cmd += r["ref"] + ["--model", r["model"], "--mbs", str(r["mbs"]), "--seq", str(r["seq"]), "--steps",
+                       str(args.ref_steps), "--warm", str(args.ref_warm)]
+    rc, out = run(cmd, env, args.timeout)
+    rec = dict(command=" ".join(shlex.quote(c) for c in cmd), rc=rc)
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[7:])
+            if "error" in res:
+                rec["error"] = res["error"]
+            else:
+                rec.update(tps=res["tps_steady"], gib=res["max_reserved_gib"])
+    if "tps" not in rec and "error" not in rec:
+        rec["error"] = out.strip().splitlines()[-1][:300] if out.strip() else "failed"
+        rec["tail"] = out[-2000:]
+    return rec
+
+
+def flops_per_token(model, seq):
+    # The reference's formula: 6 x matrix-product parameters (LM head once) + 6 x layers x hidden x seq.
+    if model == "llama1b":
+        d, L, ff, v, kv = 2048, 16, 8192, 128256, 512
+        n = L * (2 * d * d + 2 * d * kv + 3 * d * ff) + d * v
+    elif model == "llama2_7b":
+        d, L, ff, v = 4096, 32, 11008, 32000
+        n = L * (4 * d * d + 3 * d * ff) + d * v
+    else:
+        d, L, ff, v = 2048, 24, 8192, 50272
+        n = L * (4 * d * d + 2 * d * ff) + d * v
+    return 6 * n + 6 * L * d * seq
+
+
+def fmt(rec, model, seq):
+    if "tps" not in rec:
+        return [rec.get("error", "-")[:24], "-", "-", "-"]
+    tflops = rec["tps"] * flops_per_token(model, seq) / 1e12
+    return ["%.0f" % rec["tps"], "%.0f" % tflops, "%.1f%%" % (100 * tflops / PEAK), "%.1f" % rec["gib"]]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default="headline", help="headline, ladder or fsdp2")
+    p.add_argument("--gpus", type=int, default=2, help="GPUs for the fsdp2 suite")
+    p.add_argument("--only", choices=["both", "fsdp", "reference"], default="both")
+    p.add_argument("--rows", default="", help="comma-separated row numbers to run (default all)")
+    p.add_argument("--steps", type=int, default=12, help="fsdp.c steps per run (the first is not timed)")
+    p.add_argument("--ref-steps", type=int, default=20)
+    p.add_argument("--ref-warm", type=int, default=5)
+    p.add_argument("--fsdp", default=os.path.join(ROOT, "build", "fsdp"))
+    p.add_argument("--reference", default=os.path.join(ROOT, "..", "shared", "reference", "torch_bench.py"))
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--timeout", type=int, default=900)
+    args = p.parse_args()
+    if not os.path.exists(args.fsdp):
+        raise SystemExit("compare.py: %s not found (build first)" % args.fsdp)
+    if args.only != "fsdp" and not os.path.exists(args.reference):
+        raise SystemExit("compare.py: reference %s not found (--reference)" % args.reference)
+
+    env = dict(os.environ)
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1")
+    device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                            text=True).stdout.strip().splitlines()
+    device = device[0] if device else "unknown GPU"
+    os.makedirs(args.out, exist_ok=True)
+    rows = suite(args.suite, args)
+    if args.rows:
+        keep = {int(x) for x in args.rows.split(",")}
+        rows = [r for i, r in enumerate(rows) if i in keep]
+
+    results = []
+    for r in rows:
+        ours = run_fsdp(r, args, env, args.out) if args.only != "reference" else {}
+        ref = run_ref(r, args, env) if args.only != "fsdp" else {}
+        results.append(dict(r, fsdp=ours, reference=ref))
+        print(json.dumps(results[-1]["fsdp"]), json.dumps(results[-1]["reference"]), flush=True)
+
+    head = ["model", "configuration", "GPUs", "MBS", "fsdp.c tok/s/GPU", "TFLOP/s", "MFU", "GiB",
+            "reference tok/s/GPU", "TFLOP/s", "MFU", "GiB", "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for res in results:
+        ours, ref = res["fsdp"], res["reference"]
+        ratio = "%.2fx" % (ours["tps"] / ref["tps"]) if "tps" in ours and "tps" in ref else "-"
+        lines.append("| " + " | ".join([MODELS[res["model"]][1], res["label"], str(res["gpus"]), str(res["mbs"])] +
+                                       fmt(ours, res["model"], res["seq"]) + fmt(ref, res["model"], res["seq"]) +
+                                       [ratio]) + " |")
+    table = "\n".join(lines)
+    print("\n" + table)
+
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d")
+    base = os.path.join(args.out, "%s-%s-%s" % (stamp, re.sub(r"\W+", "-", device).strip("-").lower(), args.suite))
+    with open(base + ".json", "w") as f:
+        json.dump(dict(device=device, date=stamp, command=" ".join(shlex.quote(a) for a in sys.argv), results=results),
+                  f, indent=1)
+    with open(base + ".md", "w") as f:
+        f.write("# %s suite on %s, %s\n\n" % (args.suite, device, stamp))
+        f.write("Command: `%s`\n\n" % " ".join(shlex.quote(a) for a in sys.argv))
+        f.write("Both programs ran in this call on this device, one after the other. Throughput is steady state; "
+                "TFLOP/s uses the reference's formula; MFU is against %.0f TFLOP/s.\n\n" % PEAK)
+        f.write(table + "\n\n## Exact commands\n\n")
+        for res in results:
+            for side in ("fsdp", "reference"):
+                if res[side].get("command"):
+                    f.write("- `%s`\n" % res[side]["command"])
+    print("\nwritten: %s.md, %s.json" % (base, base))
+
+
+if __name__ == "__main__":
+    main()

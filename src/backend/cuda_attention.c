@@ -1,0 +1,99 @@
+/* Attention on the GPU: flash (the kernels in src/kernels/cuda/attention*.cu) or eager, composed
+ * here as the course's baseline computes it: scores by batched GEMM into the [B,Hq,T,T] probability
+ * buffer, a causal softmax in place, then P V by batched GEMM; the backward likewise.
+ *
+ * The batched GEMMs run once per (sequence, position inside the query-head group), each batching
+ * over the kv heads, so grouped-query heads need no copies: query head j*g+i reads kv head j. All
+ * matrices are addressed in the column-major convention of cuBLAS. */
+#include <math.h>
+
+#include "../kernels/ops_cuda.h"
+#include "cuda_internal.h"
+
+static size_t esize(fsdp_backend *be) { return be->act_dtype == FSDP_BF16 ? 2 : 4; }
+
+void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                    const void *qkv, int B, int T, int Hq, int Hkv, int D) {
+    cudaStream_t s = compute_stream(be);
+    if (mode == FSDP_ATTN_FLASH || !probs) {
+        fsdp_cuda_flash_forward(out, lse, qkv, B, T, Hq, Hkv, D, be->act_dtype, s);
+        return;
+    }
+    size_t es = esize(be);
+    int g = Hq / Hkv, rs = (Hq + 2 * Hkv) * D, os = Hq * D;
+    long long TT = (long long)T * T;
+    const char *base = qkv;
+    for (int b = 0; b < B; b++) {
+        const char *seq = base + (size_t)b * T * rs * es;
+        for (int i = 0; i < g; i++) {
+            /* scores^T[T_k, T_q] = K_j (op T) x Q_h, h = j*g + i, batched over j */
+            const void *K = seq + (size_t)Hq * D * es, *Q = seq + (size_t)i * D * es;
+            void *S = (char *)probs + (size_t)((long long)b * Hq + i) * TT * es;
+            fsdp_cuda_gemm_strided_batched(be, 1, 0, T, T, D, K, rs, D, Q, rs, (long long)g * D, 0.0f, S, T,
+                                           g * TT, Hkv, be->act_dtype, s);
+        }
+    }
+    fsdp_cuda_causal_softmax_forward(probs, lse, probs, B * Hq, T, 1.0f / sqrtf((float)D), be->act_dtype, s);
+    for (int b = 0; b < B; b++) {
+        const char *seq = base + (size_t)b * T * rs * es;
+        for (int i = 0; i < g; i++) {
+            /* out_h^T[D, T_q] = V_j^T[D, T_k] x P_h^T[T_k, T_q] */
+            const void *V = seq + (size_t)(Hq + Hkv) * D * es;
+            const void *P = (const char *)probs + (size_t)((long long)b * Hq + i) * TT * es;
+            void *O = (char *)out + ((size_t)b * T * os + (size_t)i * D) * es;
+            fsdp_cuda_gemm_strided_batched(be, 0, 0, D, T, T, V, rs, D, P, T, g * TT, 0.0f, O, os, (long long)g * D,
+                                           Hkv, be->act_dtype, s);
+        }
+    }
+}
+
+void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
+                                     const void *qkv, const void *out, const float *lse, const void *probs, int B,
+                                     int T, int Hq, int Hkv, int D) {
+    cudaStream_t s = compute_stream(be);
+    if (mode == FSDP_ATTN_FLASH || !probs) {
+        float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D));
+        fsdp_cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, be->act_dtype, scratch, s);
+        return;
+    }
+    size_t es = esize(be);
+    int g = Hq / Hkv, rs = (Hq + 2 * Hkv) * D, os = Hq * D;
+    long long TT = (long long)T * T;
+    void *dP = fsdp_cuda_scratch(be, (size_t)B * Hq * TT * es);
+    for (int b = 0; b < B; b++) {
+        const char *seq = (const char *)qkv + (size_t)b * T * rs * es;
+        for (int i = 0; i < g; i++) {
+            /* dP^T[T_k, T_q] = V_j (op T) x dO_h */
+            const void *V = seq + (size_t)(Hq + Hkv) * D * es;
+            const void *dO = (const char *)dout + ((size_t)b * T * os + (size_t)i * D) * es;
+            void *dPh = (char *)dP + (size_t)((long long)b * Hq + i) * TT * es;
+            fsdp_cuda_gemm_strided_batched(be, 1, 0, T, T, D, V, rs, D, dO, os, (long long)g * D, 0.0f, dPh, T, g * TT,
+                                           Hkv, be->act_dtype, s);
+        }
+    }
+    fsdp_cuda_causal_softmax_backward(dP, dP, probs, B * Hq, T, 1.0f / sqrtf((float)D), be->act_dtype, s);
+    for (int b = 0; b < B; b++) {
+        const char *seq = (const char *)qkv + (size_t)b * T * rs * es;
+        char *dseq = (char *)dqkv + (size_t)b * T * rs * es;
+        for (int i = 0; i < g; i++) {
+            const void *Q = seq + (size_t)i * D * es, *K = seq + (size_t)Hq * D * es;
+            const void *dO = (const char *)dout + ((size_t)b * T * os + (size_t)i * D) * es;
+            const void *dS = (const char *)dP + (size_t)((long long)b * Hq + i) * TT * es;
+            const void *P = (const char *)probs + (size_t)((long long)b * Hq + i) * TT * es;
+            void *dQ = dseq + (size_t)i * D * es, *dK = dseq + (size_t)Hq * D * es;
+            void *dV = dseq + (size_t)(Hq + Hkv) * D * es;
+            float acc = i > 0 ? 1.0f : 0.0f; /* kv gradients sum over the heads of their group */
+            /* dQ_h^T[D, T_q] = K_j^T[D, T_k] x dS_h^T[T_k, T_q] */
+            fsdp_cuda_gemm_strided_batched(be, 0, 0, D, T, T, K, rs, D, dS, T, g * TT, 0.0f, dQ, rs, (long long)g * D,
+                                           Hkv, be->act_dtype, s);
+            /* dK_j^T[D, T_k] += Q_h^T[D, T_q] x dS_h[T_q, T_k] */
+            fsdp_cuda_gemm_strided_batched(be, 0, 1, D, T, T, Q, rs, (long long)g * D, dS, T, g * TT, acc, dK, rs, D,
+                                           Hkv, be->act_dtype, s);
+            /* dV_j^T[D, T_k] += dO_h^T[D, T_q] x P_h[T_q, T_k] */
+            fsdp_cuda_gemm_strided_batched(be, 0, 1, D, T, T, dO, os, (long long)g * D, P, T, g * TT, acc, dV, rs, D,
+                                           Hkv, be->act_dtype, s);
+        }
+    }
+    (void)out;
+    (void)lse;
+}

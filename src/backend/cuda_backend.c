@@ -1,0 +1,482 @@
+/* The CUDA backend: device memory, streams and events, NCCL communicators bootstrapped over MPI,
+ * and the dispatch of every op to the kernels in src/kernels/cuda (matrix products in
+ * cuda_matmul.c, attention in cuda_attention.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../base/log.h"
+#include "../kernels/ops_cuda.h"
+#include "cuda_internal.h"
+
+int fsdp_backend_cuda_available(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+/* ---- memory ---- */
+
+static size_t cuda_dtype_size(fsdp_backend *be, fsdp_dtype t) {
+    (void)be;
+    return t == FSDP_BF16 ? 2 : 4;
+}
+
+
+static void *cuda_alloc(fsdp_backend *be, size_t bytes, const char *what) {
+    void *p = NULL;
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    cudaError_t rc = cudaMalloc(&p, rounded ? rounded : 256);
+    if (rc != cudaSuccess) {
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        fsdp_fatal("out of GPU memory allocating %.2f GiB for %s (%.2f GiB held by fsdp.c, %.2f GiB free of %.2f): "
+                   "lower --mbs, use a sharding strategy, or more GPUs",
+                   (double)bytes / (1 << 30), what, (double)be->reserved_bytes / (1 << 30),
+                   (double)free_b / (1 << 30), (double)total / (1 << 30));
+    }
+    FSDP_CHECK_CUDA(cudaMemsetAsync(p, 0, rounded, compute_stream(be)));
+    allocation *a = fsdp_xmalloc(sizeof *a, "allocation record");
+    a->ptr = p, a->bytes = rounded, a->next = cuda_of(be)->allocations;
+    cuda_of(be)->allocations = a;
+    be->reserved_bytes += rounded;
+    if (be->reserved_bytes > be->max_reserved_bytes) be->max_reserved_bytes = be->reserved_bytes;
+    return p;
+}
+
+static void cuda_free(fsdp_backend *be, void *ptr) {
+    if (!ptr) return;
+    for (allocation **a = &cuda_of(be)->allocations; *a; a = &(*a)->next) {
+        if ((*a)->ptr == ptr) {
+            allocation *dead = *a;
+            *a = dead->next;
+            be->reserved_bytes -= dead->bytes;
+            free(dead);
+            break;
+        }
+    }
+    /* Frees wait for the device anyway; make it explicit so no stream still reads the buffer. */
+    FSDP_CHECK_CUDA(cudaDeviceSynchronize());
+    FSDP_CHECK_CUDA(cudaFree(ptr));
+}
+
+static void *cuda_alloc_host(fsdp_backend *be, size_t bytes, const char *what) {
+    (void)be;
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess)
+        fsdp_fatal("out of pinned host memory allocating %zu bytes for %s", bytes, what);
+    return p;
+}
+
+static void cuda_free_host(fsdp_backend *be, void *ptr) {
+    (void)be;
+    if (ptr) FSDP_CHECK_CUDA(cudaFreeHost(ptr));
+}
+
+static void cuda_copy_h2d(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream));
+}
+static void cuda_copy_d2h(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream));
+}
+static void cuda_copy_d2d(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s->stream));
+}
+static void cuda_zero(fsdp_backend *be, void *dst, size_t bytes, fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_CUDA(cudaMemsetAsync(dst, 0, bytes, s->stream));
+}
+
+void *fsdp_cuda_scratch(fsdp_backend *be, size_t bytes) {
+    cuda_impl *im = cuda_of(be);
+    if (bytes > im->scratch_bytes) {
+        if (im->scratch) cuda_free(be, im->scratch);
+        /* Grow with headroom: a few sizes settle in the first step and never move again. */
+        im->scratch_bytes = bytes + bytes / 4;
+        im->scratch = cuda_alloc(be, im->scratch_bytes, "backend scratch");
+    }
+    return im->scratch;
+}
+
+/* ---- streams and events ---- */
+
+static fsdp_stream *cuda_stream_create(fsdp_backend *be, const char *name) {
+    (void)be;
+    fsdp_stream *s = fsdp_xcalloc(1, sizeof *s, "a stream");
+    /* Higher priority for communication: a collective that starts late delays every rank. */
+    int lo = 0, hi = 0;
+    FSDP_CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    int comm = strcmp(name, "compute") != 0;
+    FSDP_CHECK_CUDA(cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, comm ? hi : lo));
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return s;
+}
+
+static void cuda_stream_destroy(fsdp_backend *be, fsdp_stream *s) {
+    (void)be;
+    if (!s) return;
+    FSDP_CHECK_CUDA(cudaStreamSynchronize(s->stream));
+    FSDP_CHECK_CUDA(cudaStreamDestroy(s->stream));
+    free(s);
+}
+
+static fsdp_event *cuda_event_create(fsdp_backend *be, int timing) {
+    (void)be;
+    fsdp_event *e = fsdp_xcalloc(1, sizeof *e, "an event");
+    FSDP_CHECK_CUDA(cudaEventCreateWithFlags(&e->event, timing ? cudaEventDefault : cudaEventDisableTiming));
+    return e;
+}
+
+static void cuda_event_destroy(fsdp_backend *be, fsdp_event *e) {
+    (void)be;
+    if (!e) return;
+    FSDP_CHECK_CUDA(cudaEventDestroy(e->event));
+    free(e);
+}
+
+static void cuda_event_record(fsdp_backend *be, fsdp_event *e, fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_CUDA(cudaEventRecord(e->event, s->stream));
+}
+
+static void cuda_stream_wait_event(fsdp_backend *be, fsdp_stream *s, fsdp_event *e) {
+    (void)be;
+    FSDP_CHECK_CUDA(cudaStreamWaitEvent(s->stream, e->event, 0));
+}
+
+static void sleep_us(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+void fsdp_cuda_wait_event(fsdp_backend *be, cudaEvent_t e, const char *what) {
+    cuda_impl *im = cuda_of(be);
+    double start = fsdp_now(), next_poll = start + 1.0;
+    for (long spins = 0;; spins++) {
+        cudaError_t rc = cudaEventQuery(e);
+        if (rc == cudaSuccess) return;
+        if (rc != cudaErrorNotReady) fsdp_fatal("waiting for %s: %s", what, cudaGetErrorString(rc));
+        if (spins > 1000) sleep_us(50); /* spin briefly, then stop burning a core */
+        double now = fsdp_now();
+        if (now < next_poll) continue;
+        next_poll = now + 1.0;
+        for (fsdp_comm *c = im->comms; c; c = c->next) {
+            ncclResult_t async = ncclSuccess;
+            FSDP_CHECK_NCCL(ncclCommGetAsyncError(c->comm, &async));
+            if (async != ncclSuccess)
+                fsdp_fatal("NCCL communicator '%s' (rank %d of %d) failed while waiting for %s: %s", c->name, c->rank,
+                           c->size, what, ncclGetErrorString(async));
+        }
+        if (now - start > im->sync_timeout_s)
+            fsdp_fatal("no progress for %.0f s while waiting for %s: a peer rank has probably failed (see its "
+                       "message above); set FSDP_SYNC_TIMEOUT to wait longer",
+                       now - start, what);
+    }
+}
+
+static void cuda_event_synchronize(fsdp_backend *be, fsdp_event *e) { fsdp_cuda_wait_event(be, e->event, "an event"); }
+
+static void cuda_stream_synchronize(fsdp_backend *be, fsdp_stream *s) {
+    cudaEvent_t e;
+    FSDP_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    FSDP_CHECK_CUDA(cudaEventRecord(e, s->stream));
+    fsdp_cuda_wait_event(be, e, s->name);
+    FSDP_CHECK_CUDA(cudaEventDestroy(e));
+}
+
+static float cuda_event_elapsed_ms(fsdp_backend *be, fsdp_event *a, fsdp_event *b) {
+    (void)be;
+    float ms = 0.0f;
+    FSDP_CHECK_CUDA(cudaEventElapsedTime(&ms, a->event, b->event));
+    return ms;
+}
+
+/* ---- NCCL, bootstrapped over MPI ---- */
+
+static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *name) {
+    cuda_impl *im = cuda_of(be);
+    fsdp_comm *c = fsdp_xcalloc(1, sizeof *c, "a communicator");
+    FSDP_CHECK_MPI(MPI_Comm_rank(mpi, &c->rank));
+    FSDP_CHECK_MPI(MPI_Comm_size(mpi, &c->size));
+    snprintf(c->name, sizeof c->name, "%s", name);
+    ncclUniqueId id;
+    if (c->rank == 0) FSDP_CHECK_NCCL(ncclGetUniqueId(&id));
+    FSDP_CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mpi));
+    FSDP_CHECK_NCCL(ncclCommInitRank(&c->comm, c->size, id, c->rank));
+    c->next = im->comms;
+    im->comms = c;
+    return c;
+}
+
+static void cuda_comm_destroy(fsdp_backend *be, fsdp_comm *c) {
+    if (!c) return;
+    cuda_impl *im = cuda_of(be);
+    for (fsdp_comm **p = &im->comms; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    FSDP_CHECK_NCCL(ncclCommDestroy(c->comm));
+    free(c);
+}
+
+static ncclDataType_t nccl_type(fsdp_dtype t) { return t == FSDP_BF16 ? ncclBfloat16 : ncclFloat32; }
+
+static void cuda_all_gather(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype t,
+                            fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(t), c->comm, s->stream));
+}
+
+static void cuda_reduce_scatter(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
+                                fsdp_dtype t, fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, c->comm, s->stream));
+}
+
+static void cuda_all_reduce(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t, fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, c->comm, s->stream));
+}
+
+/* ---- utilities on explicit streams ---- */
+
+static void cuda_cast(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t n,
+                      fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_cast(dst, dt, src, st, n, s->stream);
+}
+
+static void cuda_accumulate(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t n,
+                            fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_accumulate(dst, dt, src, st, n, s->stream);
+}
+
+/* Reductions take the shared scratch, which belongs to the compute stream. */
+static void require_compute(fsdp_backend *be, fsdp_stream *s, const char *op) {
+    if (s != be->compute) fsdp_fatal("internal error: %s needs the compute stream (it uses the shared scratch)", op);
+}
+
+static void cuda_sum_squares(fsdp_backend *be, float *out, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s) {
+    require_compute(be, s, "sum_squares");
+    fsdp_cuda_sum_squares(out, x, t, n, fsdp_cuda_scratch(be, fsdp_cuda_reduce_scratch(n)), s->stream);
+}
+
+static void cuda_sum(fsdp_backend *be, float *out, const float *x, size_t n, fsdp_stream *s) {
+    require_compute(be, s, "sum");
+    fsdp_cuda_sum(out, x, n, fsdp_cuda_scratch(be, fsdp_cuda_reduce_scratch(n)), s->stream);
+}
+
+static void cuda_clip_scale(fsdp_backend *be, float *scale, const float *sumsq, float max_norm, fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_clip_scale(scale, sumsq, max_norm, s->stream);
+}
+
+static void cuda_adamw(fsdp_backend *be, void *param, const void *grad, void *m, void *v, fsdp_dtype master_t, size_t n,
+                       const fsdp_adamw_args *a, const float *grad_scale, void *working, fsdp_dtype working_t,
+                       fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_adamw(param, grad, m, v, master_t, n, a, grad_scale, working, working_t, s->stream);
+}
+
+/* ---- model ops ---- */
+
+static void cuda_embedding_forward(fsdp_backend *be, void *out, const int32_t *tokens, const void *wte,
+                                   const void *wpe, int pos_offset, int N, int T, int C) {
+    fsdp_cuda_embedding_forward(out, tokens, wte, wpe, pos_offset, N, T, C, be->act_dtype, compute_stream(be));
+}
+
+static void cuda_embedding_backward(fsdp_backend *be, void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
+                                    int pos_offset, int N, int T, int C) {
+    fsdp_cuda_embedding_backward(dwte, dwpe, dout, tokens, pos_offset, N, T, C, be->act_dtype, be->grad_dtype,
+                                 compute_stream(be));
+}
+
+static void cuda_rmsnorm_forward(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *w, int N, int C,
+                                 float eps) {
+    fsdp_cuda_rmsnorm_forward(out, rstd, inp, w, N, C, eps, be->act_dtype, compute_stream(be));
+}
+
+static void cuda_rmsnorm_backward(fsdp_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
+                                  const void *w, const float *rstd, int N, int C) {
+    float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_norm_backward_scratch(N, C));
+    fsdp_cuda_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, be->act_dtype, be->grad_dtype, scratch,
+                               compute_stream(be));
+}
+
+static void cuda_layernorm_forward(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                                   const void *w, const void *b, int N, int C, float eps) {
+    fsdp_cuda_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, be->act_dtype, compute_stream(be));
+}
+
+static void cuda_layernorm_backward(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
+                                    const void *inp, const void *w, const float *mean, const float *rstd, int N, int C) {
+    float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_norm_backward_scratch(N, C));
+    fsdp_cuda_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, be->act_dtype, be->grad_dtype, scratch,
+                                 compute_stream(be));
+}
+
+/* out[N,OC] = inp[N,C] W^T: in column-major terms out^T[OC,N] = W (stored C x OC, transposed) x inp^T. */
+static void cuda_matmul_forward(fsdp_backend *be, void *out, const void *inp, const void *weight, const void *bias,
+                                const void *residual, int N, int C, int OC, int relu) {
+    fsdp_gemm g = {1, 0, OC, N, C, weight, C, inp, C, residual, OC, out, OC, be->act_dtype, be->act_dtype,
+                   bias, relu, residual ? 1.0f : 0.0f};
+    fsdp_cuda_gemm(be, &g, compute_stream(be));
+}
+
+static void cuda_matmul_backward(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
+                                 const void *inp, const void *weight, int N, int C, int OC) {
+    cudaStream_t s = compute_stream(be);
+    if (dinp) {
+        /* dinp^T[C,N] = W^T (stored C x OC) x dout^T (stored OC x N) */
+        fsdp_gemm g = {0, 0, C, N, OC, weight, C, dout, OC, NULL, C, dinp, C, be->act_dtype, be->act_dtype,
+                       NULL, 0, 0.0f};
+        fsdp_cuda_gemm(be, &g, s);
+    }
+    /* dW^T[C,OC] += inp^T (stored C x N) x dout (stored OC x N, transposed) */
+    fsdp_gemm g = {0, 1, C, OC, N, inp, C, dout, OC, dweight, C, dweight, C, be->act_dtype, be->grad_dtype,
+                   NULL, 0, 1.0f};
+    fsdp_cuda_gemm(be, &g, s);
+    if (dbias) {
+        float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_column_sum_scratch(N, OC));
+        fsdp_cuda_column_sum(dbias, dout, N, OC, be->act_dtype, be->grad_dtype, scratch, s);
+    }
+}
+
+static void cuda_relu_backward(fsdp_backend *be, void *d, const void *out, size_t n) {
+    fsdp_cuda_relu_backward(d, out, n, be->act_dtype, compute_stream(be));
+}
+
+static void cuda_rope_forward(fsdp_backend *be, void *qkv, const float *cs, int B, int T, int Hq, int Hkv, int D) {
+    fsdp_cuda_rope_forward(qkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be));
+}
+
+static void cuda_rope_backward(fsdp_backend *be, void *dqkv, const float *cs, int B, int T, int Hq, int Hkv, int D) {
+    fsdp_cuda_rope_backward(dqkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be));
+}
+
+static void cuda_swiglu_forward(fsdp_backend *be, void *out, const void *gateup, int N, int F) {
+    fsdp_cuda_swiglu_forward(out, gateup, N, F, be->act_dtype, compute_stream(be));
+}
+
+static void cuda_swiglu_backward(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N, int F) {
+    fsdp_cuda_swiglu_backward(dgateup, dout, gateup, N, F, be->act_dtype, compute_stream(be));
+}
+
+static void cuda_cross_entropy(fsdp_backend *be, float *losses, void *logits, const int32_t *targets, int n, int V,
+                               float grad_scale) {
+    fsdp_cuda_cross_entropy(losses, logits, targets, n, V, grad_scale, be->act_dtype, compute_stream(be));
+}
+
+/* ---- lifetime ---- */
+
+static void cuda_destroy(fsdp_backend *be) {
+    cuda_impl *im = cuda_of(be);
+    FSDP_CHECK_CUDA(cudaDeviceSynchronize());
+    fsdp_cuda_matmul_destroy(be);
+    if (im->scratch) cuda_free(be, im->scratch);
+    if (im->lt_workspace) cuda_free(be, im->lt_workspace);
+    FSDP_CHECK_CUBLAS(cublasLtDestroy(im->lt));
+    FSDP_CHECK_CUBLAS(cublasDestroy(im->blas));
+    cuda_stream_destroy(be, be->compute);
+    free(im);
+    free(be);
+}
+
+/* Dense bf16 tensor-core peak of the parts MFU is quoted against. */
+static double peak_tflops(const struct cudaDeviceProp *p) {
+    if (p->major == 9 && p->minor == 0 && (strstr(p->name, "H100") || strstr(p->name, "H200"))) {
+        /* SXM parts (132 SMs) are 989; the PCIe H100 (114 SMs) 756. */
+        return p->multiProcessorCount >= 132 ? 989.0 : 756.0;
+    }
+    return 0.0;
+}
+
+fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_err *err) {
+    int count = 0;
+    FSDP_CHECK_CUDA(cudaGetDeviceCount(&count));
+    if (opts->local_size > count) {
+        fsdp_errf(err, "%d ranks on this node but only %d GPU(s): run one rank per GPU", opts->local_size, count);
+        return NULL;
+    }
+    fsdp_backend *be = fsdp_xcalloc(1, sizeof *be, "the CUDA backend");
+    cuda_impl *im = fsdp_xcalloc(1, sizeof *im, "the CUDA backend");
+    be->impl = im;
+    im->device = opts->local_rank % count;
+    FSDP_CHECK_CUDA(cudaSetDevice(im->device));
+    FSDP_CHECK_CUDA(cudaGetDeviceProperties(&im->prop, im->device));
+    const char *timeout = getenv("FSDP_SYNC_TIMEOUT");
+    im->sync_timeout_s = timeout ? atof(timeout) : 600.0;
+    im->tf32 = getenv("FSDP_TF32") && atoi(getenv("FSDP_TF32")) != 0;
+
+    be->name = "cuda";
+    snprintf(be->device_name, sizeof be->device_name, "%s", im->prop.name);
+    be->peak_tflops = peak_tflops(&im->prop);
+    be->act_dtype = opts->act_dtype;
+    be->grad_dtype = opts->grad_dtype;
+    be->emulated_bf16 = 0;
+
+    be->dtype_size = cuda_dtype_size;
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->alloc_host = cuda_alloc_host;
+    be->free_host = cuda_free_host;
+    be->copy_h2d = cuda_copy_h2d;
+    be->copy_d2h = cuda_copy_d2h;
+    be->copy_d2d = cuda_copy_d2d;
+    be->zero = cuda_zero;
+
+    be->stream_create = cuda_stream_create;
+    be->stream_destroy = cuda_stream_destroy;
+    be->event_create = cuda_event_create;
+    be->event_destroy = cuda_event_destroy;
+    be->event_record = cuda_event_record;
+    be->stream_wait_event = cuda_stream_wait_event;
+    be->event_synchronize = cuda_event_synchronize;
+    be->stream_synchronize = cuda_stream_synchronize;
+    be->event_elapsed_ms = cuda_event_elapsed_ms;
+
+    be->comm_create = cuda_comm_create;
+    be->comm_destroy = cuda_comm_destroy;
+    be->all_gather = cuda_all_gather;
+    be->reduce_scatter = cuda_reduce_scatter;
+    be->all_reduce = cuda_all_reduce;
+
+    be->cast = cuda_cast;
+    be->accumulate = cuda_accumulate;
+    be->sum_squares = cuda_sum_squares;
+    be->sum = cuda_sum;
+    be->clip_scale = cuda_clip_scale;
+    be->adamw = cuda_adamw;
+
+    be->embedding_forward = cuda_embedding_forward;
+    be->embedding_backward = cuda_embedding_backward;
+    be->rmsnorm_forward = cuda_rmsnorm_forward;
+    be->rmsnorm_backward = cuda_rmsnorm_backward;
+    be->layernorm_forward = cuda_layernorm_forward;
+    be->layernorm_backward = cuda_layernorm_backward;
+    be->matmul_forward = cuda_matmul_forward;
+    be->matmul_backward = cuda_matmul_backward;
+    be->relu_backward = cuda_relu_backward;
+    be->rope_forward = cuda_rope_forward;
+    be->rope_backward = cuda_rope_backward;
+    be->attention_forward = fsdp_cuda_attention_forward_op;
+    be->attention_backward = fsdp_cuda_attention_backward_op;
+    be->swiglu_forward = cuda_swiglu_forward;
+    be->swiglu_backward = cuda_swiglu_backward;
+    be->cross_entropy = cuda_cross_entropy;
+    be->destroy = cuda_destroy;
+
+    be->compute = cuda_stream_create(be, "compute");
+    FSDP_CHECK_CUBLAS(cublasLtCreate(&im->lt));
+    FSDP_CHECK_CUBLAS(cublasCreate(&im->blas));
+    im->lt_workspace_bytes = 32u << 20;
+    im->lt_workspace = cuda_alloc(be, im->lt_workspace_bytes, "the cuBLASLt workspace");
+    fsdp_cuda_matmul_init(be);
+    return be;
+}

@@ -1,0 +1,120 @@
+/* Private to the CUDA backend (src/backend/cuda_*.c): its state, checked-call macros and the
+ * pieces split across files (matrix products, attention, communicators). */
+#ifndef FSDP_BACKEND_CUDA_INTERNAL_H
+#define FSDP_BACKEND_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "backend.h"
+
+/* Every CUDA, cuBLAS(Lt) and NCCL call is checked; a failure names the call, file, line and rank. */
+#define FSDP_CHECK_CUDA(call)                                                                         \
+    do {                                                                                              \
+        cudaError_t fsdp_rc_ = (call);                                                                \
+        if (fsdp_rc_ != cudaSuccess)                                                                  \
+            fsdp_fatal("%s failed at %s:%d: %s", #call, __FILE__, __LINE__, cudaGetErrorString(fsdp_rc_)); \
+    } while (0)
+#define FSDP_CHECK_CUBLAS(call)                                                                       \
+    do {                                                                                              \
+        cublasStatus_t fsdp_rc_ = (cublasStatus_t)(call);                                             \
+        if (fsdp_rc_ != CUBLAS_STATUS_SUCCESS)                                                        \
+            fsdp_fatal("%s failed at %s:%d: %s", #call, __FILE__, __LINE__, cublasGetStatusString(fsdp_rc_)); \
+    } while (0)
+#define FSDP_CHECK_NCCL(call)                                                                         \
+    do {                                                                                              \
+        ncclResult_t fsdp_rc_ = (call);                                                               \
+        if (fsdp_rc_ != ncclSuccess)                                                                  \
+            fsdp_fatal("%s failed at %s:%d: %s", #call, __FILE__, __LINE__, ncclGetErrorString(fsdp_rc_)); \
+    } while (0)
+
+struct fsdp_stream {
+    cudaStream_t stream;
+    char name[32];
+};
+
+struct fsdp_event {
+    cudaEvent_t event;
+};
+
+struct fsdp_comm {
+    ncclComm_t comm;
+    char name[48];
+    int rank, size;
+    struct fsdp_comm *next; /* all live communicators, polled for asynchronous errors */
+};
+
+typedef struct matmul_cache matmul_cache;
+
+/* A live device allocation, so that reserved-memory accounting stays exact. */
+typedef struct allocation {
+    void *ptr;
+    size_t bytes;
+    struct allocation *next;
+} allocation;
+
+typedef struct {
+    int device;
+    struct cudaDeviceProp prop;
+    cublasLtHandle_t lt;
+    cublasHandle_t blas;
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    /* Scratch for deterministic reductions and attention, compute stream only; grows to the
+     * largest request (the first step sizes it). */
+    void *scratch;
+    size_t scratch_bytes;
+    matmul_cache *matmuls;
+    fsdp_comm *comms;
+    allocation *allocations;
+    int tf32;
+    double sync_timeout_s; /* a wait longer than this aborts with a message instead of hanging */
+} cuda_impl;
+
+static inline cuda_impl *cuda_of(fsdp_backend *be) { return (cuda_impl *)be->impl; }
+static inline cudaStream_t compute_stream(fsdp_backend *be) { return be->compute->stream; }
+
+/* Device memory for compute-stream scratch: at least `bytes`, valid until the next call. */
+void *fsdp_cuda_scratch(fsdp_backend *be, size_t bytes);
+
+/* cuda_matmul.c */
+void fsdp_cuda_matmul_init(fsdp_backend *be);
+void fsdp_cuda_matmul_destroy(fsdp_backend *be);
+/* D[m,n] (column-major) = alpha * op(A) op(B) + beta * C, the BLAS convention; bias (length m)
+ * and relu epilogues. A, B in `in_t`; C, D in `out_t`. C may equal D. */
+typedef struct {
+    int transa, transb;
+    int m, n, k;
+    const void *A;
+    int lda;
+    const void *B;
+    int ldb;
+    const void *C;
+    int ldc;
+    void *D;
+    int ldd;
+    fsdp_dtype in_t, out_t;
+    const void *bias; /* in out_t... see cuda_matmul.c */
+    int relu;
+    float beta;
+} fsdp_gemm;
+void fsdp_cuda_gemm(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s);
+/* Strided-batched product through cuBLAS for eager attention. */
+void fsdp_cuda_gemm_strided_batched(fsdp_backend *be, int transa, int transb, int m, int n, int k, const void *A,
+                                    int lda, long long stride_a, const void *B, int ldb, long long stride_b, float beta,
+                                    void *C, int ldc, long long stride_c, int batch, fsdp_dtype t, cudaStream_t s);
+
+/* cuda_attention.c */
+void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                    const void *qkv, int B, int T, int Hq, int Hkv, int D);
+void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
+                                     const void *qkv, const void *out, const float *lse, const void *probs, int B,
+                                     int T, int Hq, int Hkv, int D);
+
+/* Waits for an event, polling NCCL communicators for asynchronous errors so that a failure on a
+ * peer ends this rank with a message instead of a hang. */
+void fsdp_cuda_wait_event(fsdp_backend *be, cudaEvent_t e, const char *what);
+
+#endif

@@ -1,0 +1,225 @@
+/* Matrix products through cuBLASLt, with one measured choice of algorithm per problem.
+ *
+ * The first time a problem (shapes, transposes, dtypes, epilogue, pointer alignment) is seen, the
+ * heuristic's top candidates are each timed on it and the fastest is cached for the rest of the
+ * run. Problems that accumulate into their output in place (weight gradients) are timed on a
+ * scratch copy of a slice of the output, so tuning never disturbs real gradients. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define CANDIDATES 8
+#define TUNE_SCRATCH_BYTES ((size_t)256 << 20)
+
+typedef struct {
+    int transa, transb, m, n, k, lda, ldb, ldc, ldd;
+    int in_t, out_t, epilogue, has_c, align_a, align_b, align_c, align_d;
+} gemm_key;
+
+typedef struct gemm_entry {
+    gemm_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c, d;
+    cublasLtMatmulAlgo_t algo;
+    struct gemm_entry *next;
+} gemm_entry;
+
+struct matmul_cache {
+    gemm_entry *entries;
+    void *tune_scratch;
+    int verbose;
+};
+
+static int alignment(const void *p) {
+    uintptr_t v = (uintptr_t)p;
+    int a = 256;
+    while (a > 1 && (v % (uintptr_t)a)) a /= 2;
+    return a;
+}
+
+static cudaDataType_t cuda_type(int t) { return t == FSDP_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+void fsdp_cuda_matmul_init(fsdp_backend *be) {
+    matmul_cache *mc = fsdp_xcalloc(1, sizeof *mc, "the matmul cache");
+    mc->verbose = getenv("FSDP_VERBOSE_GEMM") != NULL;
+    cuda_of(be)->matmuls = mc;
+}
+
+void fsdp_cuda_matmul_destroy(fsdp_backend *be) {
+    matmul_cache *mc = cuda_of(be)->matmuls;
+    if (!mc) return;
+    for (gemm_entry *e = mc->entries, *next; e; e = next) {
+        next = e->next;
+        cublasLtMatmulDescDestroy(e->desc);
+        cublasLtMatrixLayoutDestroy(e->a);
+        cublasLtMatrixLayoutDestroy(e->b);
+        cublasLtMatrixLayoutDestroy(e->c);
+        cublasLtMatrixLayoutDestroy(e->d);
+        free(e);
+    }
+    if (mc->tune_scratch) be->free(be, mc->tune_scratch);
+    free(mc);
+}
+
+static cublasLtEpilogue_t epilogue_of(const fsdp_gemm *g) {
+    if (g->bias) return g->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    return g->relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+static void make_layouts(const gemm_key *k, int n, cublasLtMatrixLayout_t *a, cublasLtMatrixLayout_t *b,
+                         cublasLtMatrixLayout_t *c, cublasLtMatrixLayout_t *d) {
+    cudaDataType_t in = cuda_type(k->in_t), out = cuda_type(k->out_t);
+    FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(a, in, k->transa ? k->k : k->m, k->transa ? k->m : k->k, k->lda));
+    FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(b, in, k->transb ? n : k->k, k->transb ? k->k : n, k->ldb));
+    FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(c, out, k->m, n, k->ldc));
+    FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(d, out, k->m, n, k->ldd));
+}
+
+static cublasLtMatmulDesc_t make_desc(fsdp_backend *be, const gemm_key *k) {
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    if (k->in_t == FSDP_F32 && cuda_of(be)->tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    cublasLtMatmulDesc_t desc;
+    FSDP_CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
+    cublasOperation_t ta = k->transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)k->epilogue;
+    FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS) {
+        cudaDataType_t bt = cuda_type(k->out_t);
+        FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    return desc;
+}
+
+static cublasLtMatmulPreference_t make_preference(fsdp_backend *be, const gemm_key *k) {
+    cublasLtMatmulPreference_t pref;
+    FSDP_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = cuda_of(be)->lt_workspace_bytes;
+    FSDP_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    uint32_t al[4] = {(uint32_t)k->align_a, (uint32_t)k->align_b, (uint32_t)k->align_c, (uint32_t)k->align_d};
+    FSDP_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4));
+    FSDP_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4));
+    FSDP_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4));
+    FSDP_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4));
+    return pref;
+}
+
+static void run(fsdp_backend *be, cublasLtMatmulDesc_t desc, const cublasLtMatmulAlgo_t *algo, const fsdp_gemm *g,
+                cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                cublasLtMatrixLayout_t d, const void *C, void *D, cudaStream_t s) {
+    cuda_impl *im = cuda_of(be);
+    float alpha = 1.0f, beta = g->beta;
+    if (g->bias)
+        FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+    FSDP_CHECK_CUBLAS(cublasLtMatmul(im->lt, desc, &alpha, g->A, a, g->B, b, &beta, C ? C : D, c, D, d, algo,
+                                     im->lt_workspace, im->lt_workspace_bytes, s));
+}
+
+/* Times the candidates on this problem (or on a slice of it, when it accumulates in place) and
+ * returns the index of the fastest. */
+static int tune(fsdp_backend *be, gemm_entry *e, const fsdp_gemm *g, cublasLtMatmulHeuristicResult_t *res, int count,
+                cudaStream_t s) {
+    matmul_cache *mc = cuda_of(be)->matmuls;
+    const gemm_key *k = &e->key;
+    int in_place = g->beta != 0.0f && g->C == g->D;
+    int n = k->n;
+    cublasLtMatrixLayout_t a = e->a, b = e->b, c = e->c, d = e->d;
+    const void *C = g->C;
+    void *D = g->D;
+    if (in_place) {
+        if (!mc->tune_scratch) mc->tune_scratch = be->alloc(be, TUNE_SCRATCH_BYTES, "matmul tuning scratch");
+        size_t col = (size_t)k->ldd * (k->out_t == FSDP_BF16 ? 2 : 4);
+        size_t fit = TUNE_SCRATCH_BYTES / col;
+        if ((size_t)n > fit) n = (int)(fit / 128 * 128 > 0 ? fit / 128 * 128 : fit);
+        make_layouts(k, n, &a, &b, &c, &d);
+        C = D = mc->tune_scratch;
+        FSDP_CHECK_CUDA(cudaMemsetAsync(D, 0, col * (size_t)n, s));
+    }
+    cudaEvent_t start, stop;
+    FSDP_CHECK_CUDA(cudaEventCreate(&start));
+    FSDP_CHECK_CUDA(cudaEventCreate(&stop));
+    int best = 0;
+    float best_ms = 1e30f;
+    for (int i = 0; i < count; i++) {
+        cublasLtMatmulHeuristicResult_t check;
+        if (cublasLtMatmulAlgoCheck(cuda_of(be)->lt, e->desc, a, b, c, d, &res[i].algo, &check) !=
+            CUBLAS_STATUS_SUCCESS)
+            continue;
+        run(be, e->desc, &res[i].algo, g, a, b, c, d, C, D, s); /* warm-up */
+        FSDP_CHECK_CUDA(cudaEventRecord(start, s));
+        for (int r = 0; r < 3; r++) run(be, e->desc, &res[i].algo, g, a, b, c, d, C, D, s);
+        FSDP_CHECK_CUDA(cudaEventRecord(stop, s));
+        FSDP_CHECK_CUDA(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        FSDP_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        if (ms < best_ms) best_ms = ms, best = i;
+    }
+    FSDP_CHECK_CUDA(cudaEventDestroy(start));
+    FSDP_CHECK_CUDA(cudaEventDestroy(stop));
+    if (in_place) {
+        cublasLtMatrixLayoutDestroy(a);
+        cublasLtMatrixLayoutDestroy(b);
+        cublasLtMatrixLayoutDestroy(c);
+        cublasLtMatrixLayoutDestroy(d);
+    }
+    if (mc->verbose) {
+        double tflops = 2.0 * k->m * (double)n * k->k * 3 / (best_ms * 1e-3) / 1e12;
+        fprintf(stderr, "gemm m=%d n=%d k=%d %c%c %s->%s epi=%d: candidate %d of %d, %.3f ms, %.0f TFLOP/s\n", k->m, k->n,
+                k->k, k->transa ? 'T' : 'N', k->transb ? 'T' : 'N', k->in_t ? "bf16" : "fp32", k->out_t ? "bf16" : "fp32",
+                k->epilogue, best, count, best_ms / 3, tflops);
+    }
+    return best;
+}
+
+static gemm_entry *lookup(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) {
+    matmul_cache *mc = cuda_of(be)->matmuls;
+    gemm_key k;
+    memset(&k, 0, sizeof k);
+    k.transa = g->transa, k.transb = g->transb, k.m = g->m, k.n = g->n, k.k = g->k;
+    k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc, k.ldd = g->ldd;
+    k.in_t = g->in_t, k.out_t = g->out_t, k.epilogue = (int)epilogue_of(g), k.has_c = g->beta != 0.0f;
+    k.align_a = alignment(g->A), k.align_b = alignment(g->B), k.align_c = alignment(g->C ? g->C : g->D);
+    k.align_d = alignment(g->D);
+    for (gemm_entry *e = mc->entries; e; e = e->next)
+        if (!memcmp(&e->key, &k, sizeof k)) return e;
+
+    gemm_entry *e = fsdp_xcalloc(1, sizeof *e, "a matmul plan");
+    e->key = k;
+    e->desc = make_desc(be, &k);
+    make_layouts(&k, k.n, &e->a, &e->b, &e->c, &e->d);
+    cublasLtMatmulPreference_t pref = make_preference(be, &k);
+    cublasLtMatmulHeuristicResult_t res[CANDIDATES];
+    int count = 0;
+    FSDP_CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(cuda_of(be)->lt, e->desc, e->a, e->b, e->c, e->d, pref,
+                                                      CANDIDATES, res, &count));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (count == 0)
+        fsdp_fatal("cuBLASLt has no algorithm for a %dx%dx%d product (%s inputs, %s output, epilogue %d)", k.m, k.n, k.k,
+                   fsdp_dtype_name((fsdp_dtype)k.in_t), fsdp_dtype_name((fsdp_dtype)k.out_t), k.epilogue);
+    e->algo = res[count > 1 ? tune(be, e, g, res, count, s) : 0].algo;
+    e->next = mc->entries;
+    mc->entries = e;
+    return e;
+}
+
+void fsdp_cuda_gemm(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) {
+    gemm_entry *e = lookup(be, g, s);
+    run(be, e->desc, &e->algo, g, e->a, e->b, e->c, e->d, g->C, g->D, s);
+}
+
+void fsdp_cuda_gemm_strided_batched(fsdp_backend *be, int transa, int transb, int m, int n, int k, const void *A,
+                                    int lda, long long stride_a, const void *B, int ldb, long long stride_b, float beta,
+                                    void *C, int ldc, long long stride_c, int batch, fsdp_dtype t, cudaStream_t s) {
+    cuda_impl *im = cuda_of(be);
+    float alpha = 1.0f;
+    cudaDataType_t ct = cuda_type(t);
+    cublasComputeType_t compute = (t == FSDP_F32 && im->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    FSDP_CHECK_CUBLAS(cublasSetStream(im->blas, s));
+    FSDP_CHECK_CUBLAS(cublasGemmStridedBatchedEx(im->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                 transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, ct, lda,
+                                                 stride_a, B, ct, ldb, stride_b, &beta, C, ct, ldc, stride_c, batch,
+                                                 compute, CUBLAS_GEMM_DEFAULT));
+}

@@ -1,0 +1,200 @@
+/* Private to the attention kernels (src/kernels/cuda/attention*.cu): the argument block every
+ * attention kernel takes, the PTX wrappers of the tensor-core path (cp.async, ldmatrix,
+ * mma.sync m16n8k16 bf16), the fragment address rules, and the host-side entry points by which
+ * attention.cu dispatches to the tensor-core and exact paths.
+ *
+ * Fragment conventions (PTX ISA, mma.m16n8k16 with .bf16 inputs and .f32 accumulators). In a warp,
+ * lane = 4 * g + c (g = lane / 4 the "group", c = lane % 4):
+ *   A (16 x 16, row-major), 4 registers of 2 bf16: a[0] = A[g][2c, 2c+1], a[1] = A[g+8][2c, 2c+1],
+ *       a[2] = A[g][2c+8, 2c+9], a[3] = A[g+8][2c+8, 2c+9]; the lower column in the low half.
+ *   B (16 x 8, k x n, "col"), 2 registers: b[0] = B[2c, 2c+1][g], b[1] = B[2c+8, 2c+9][g].
+ *   C/D (16 x 8 fp32), 4 registers: c[0], c[1] = C[g][2c, 2c+1], c[2], c[3] = C[g+8][2c, 2c+1].
+ * Hence a C tile pair (n-tiles 2k, 2k+1) of a product P = X Y, packed to bf16, is exactly the A
+ * fragment of P's k-th 16-column slice: the softmax probabilities go from one mma to the next
+ * without leaving registers (attn_pack_a).
+ *
+ * Shared-memory tiles are row-major with a row stride of D + 8 bf16 (16 bytes of padding), which
+ * puts the eight 16-byte rows read by one ldmatrix 8x8 matrix in eight different bank groups, so
+ * every ldmatrix here is conflict-free without a swizzle. */
+#ifndef FSDP_KERNELS_CUDA_ATTENTION_COMMON_CUH
+#define FSDP_KERNELS_CUDA_ATTENTION_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "../../base/dtype.h"
+#include "../../base/error.h"
+#include "../ops_cuda.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.69314718055994531f
+/* Largest head dimension of the exact path (lane-strided accumulators of ATTN_DMAX / 32). */
+#define ATTN_DMAX 256
+
+/* Everything an attention kernel needs, passed by value. Pointers not used by a kernel are NULL.
+ * Offsets (in elements): q of (b, t, h) at (b*T + t)*W + h*D, k of kv head g at (b*T + t)*W +
+ * (Hq + g)*D, v at (b*T + t)*W + (Hq + Hkv + g)*D; out/dout of (b, t, h) at ((b*T + t)*Hq + h)*D;
+ * lse/delta of (b, h, t) at (b*Hq + h)*T + t. */
+typedef struct {
+    const void *qkv;
+    const void *out;   /* forward output, read by the delta kernel */
+    const void *dout;
+    const float *lse;  /* read by the backward */
+    const float *delta;
+    void *o;           /* forward output */
+    float *lse_out;    /* forward lse */
+    void *dqkv;
+    float *delta_out;
+    int B, T, Hq, Hkv, D, group;
+    long long W; /* elements per token of qkv: (Hq + 2*Hkv) * D */
+    float scale; /* 1 / sqrt(D) */
+    float sl2;   /* scale * log2(e): scores go to the exp2 domain with one FFMA */
+} attn_args;
+
+/* ---- host-side entry points between the attention files ---- */
+
+/* The tensor-core path (attention_flash_fwd.cu, attention_flash_bwd.cu): bf16, D in {64, 128},
+ * 16-byte aligned tensors. Each returns 0 when it launched, -1 when the case is not its own (the
+ * caller then runs the exact path). The backward expects a->delta to be ready. */
+int attn_tc_forward(const attn_args *a, cudaStream_t s);
+int attn_tc_backward(const attn_args *a, cudaStream_t s);
+/* The exact path (attention_exact.cu): any act dtype, 1 <= D <= ATTN_DMAX. */
+void attn_exact_forward(const attn_args *a, fsdp_dtype act, cudaStream_t s);
+void attn_exact_backward(const attn_args *a, fsdp_dtype act, cudaStream_t s);
+/* delta[b, h, t] = dout . out over D (attention_exact.cu), needed by both backward paths. */
+void attn_delta(const attn_args *a, fsdp_dtype act, cudaStream_t s);
+
+/* Fatal with the kernel's name when a launch (or anything before it on the stream) failed. */
+static inline void attn_check_launch(const char *kernel) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) fsdp_fatal("CUDA kernel %s failed to launch: %s", kernel, cudaGetErrorString(e));
+}
+
+/* Kernels with more than 48 KB of dynamic shared memory must raise their limit first; the call is
+ * cheap, so it is made before every launch rather than cached per device. */
+static inline void attn_set_smem(const void *fn, int bytes, const char *kernel) {
+    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess)
+        fsdp_fatal("cudaFuncSetAttribute(%s, %d bytes of shared memory) failed: %s", kernel, bytes,
+                   cudaGetErrorString(e));
+}
+
+/* ---- device helpers ---- */
+
+static __device__ __forceinline__ uint32_t attn_smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte global -> shared copy that bypasses L1; with valid == 0 it reads nothing and writes
+ * zeros (src must still be a mapped address). */
+static __device__ __forceinline__ void attn_cp_async16(uint32_t dst, const void *src, int valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+/* Same for one fp32 (lse and delta rows are not 16-byte aligned in general). */
+static __device__ __forceinline__ void attn_cp_async4(uint32_t dst, const void *src, int valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
+}
+static __device__ __forceinline__ void attn_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* Waits until none of this thread's committed groups is still in flight. */
+static __device__ __forceinline__ void attn_cp_async_wait0(void) {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Four 8x8 b16 matrices; lane i supplies the address of row (i % 8) of matrix i / 8. Without
+ * .trans lane t receives row t/4, columns 2(t%4), 2(t%4)+1 of each matrix; with .trans it receives
+ * rows 2(t%4), 2(t%4)+1 of column t/4. */
+static __device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+static __device__ __forceinline__ void attn_ldsm_x4_t(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c += A * B for one m16n8k16 tile (layouts in the header comment). */
+static __device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats to a bf16 pair, round to nearest even, lo in the low half. (cvt's first source
+ * operand goes to the upper half.) */
+static __device__ __forceinline__ uint32_t attn_pack(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/* A fragment of the 16-column slice k of a 16 x (8 n) fp32 C tile row (c[n-tile][4]). */
+static __device__ __forceinline__ void attn_pack_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+    a[0] = attn_pack(c0[0], c0[1]);
+    a[1] = attn_pack(c0[2], c0[3]);
+    a[2] = attn_pack(c1[0], c1[1]);
+    a[3] = attn_pack(c1[2], c1[3]);
+}
+
+/* Byte offsets of this lane's ldmatrix row address inside a tile with row stride ld (bf16):
+ *  - lane_off_a: for a 16 x 16 block at (r0, c0) read as an A fragment (ldmatrix), or read as the
+ *    B fragments of two n-tiles when the tile is stored [k][n] (ldmatrix .trans): row r0 + lane%16,
+ *    column c0 + 8 * (lane/16). Matrices: 0 = rows 0-7/cols 0-7, 1 = rows 8-15/cols 0-7,
+ *    2 = rows 0-7/cols 8-15, 3 = rows 8-15/cols 8-15: a[0..3] for A; with .trans, k = rows and
+ *    n = cols, so r[0], r[1] = b[0], b[1] of n-tile c0 and r[2], r[3] = those of n-tile c0 + 8.
+ *  - lane_off_b: for the B fragments of two n-tiles (n0, n0 + 8) x k16 when the tile is stored
+ *    [n][k] (ldmatrix without .trans): row n0 + lane%8 + 8 * (lane/16), column k0 + 8 *
+ *    ((lane/8) % 2). Matrices: 0 = (n 0-7, k 0-7) = b[0] of n-tile n0, 1 = (n 0-7, k 8-15) = b[1],
+ *    2 and 3 the same for n-tile n0 + 8. */
+static __device__ __forceinline__ uint32_t attn_lane_off_a(int lane, int ld) {
+    return (uint32_t)(((lane & 15) * ld + (lane >> 4) * 8) * 2);
+}
+static __device__ __forceinline__ uint32_t attn_lane_off_b(int lane, int ld) {
+    return (uint32_t)((((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2);
+}
+/* Byte offset of element (r, c) of a tile with row stride ld. */
+static __device__ __forceinline__ uint32_t attn_at(int r, int c, int ld) { return (uint32_t)((r * ld + c) * 2); }
+
+static __device__ __forceinline__ float attn_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Copies rows [0, rows) of D bf16 each (global row stride `stride` elements) into a shared tile
+ * (row stride ld) with cp.async; rows >= valid are zero-filled so that padding rows never carry
+ * NaN garbage into a product. rows * D / 8 must be a multiple of nthreads (true for every tile
+ * shape used here), so the loop unrolls completely. */
+static __device__ __forceinline__ void attn_load_tile(uint32_t dst, const bf16 *src, long long stride, int rows,
+                                                      int valid, int D, int ld, int tid, int nthreads) {
+    const int cpr = D / 8; /* 16-byte chunks per row */
+#pragma unroll
+    for (int i = 0; i < rows * cpr / nthreads; i++) {
+        const int idx = tid + i * nthreads, r = idx / cpr, c = idx % cpr;
+        const int ok = r < valid;
+        attn_cp_async16(dst + attn_at(r, c * 8, ld), src + (long long)(ok ? r : 0) * stride + c * 8, ok);
+    }
+}
+
+/* Copies rows [0, rows) of a warp's staging tile (bf16, stride ld) to global rows (stride
+ * `stride` elements) with 16-byte stores, skipping rows >= valid. */
+static __device__ __forceinline__ void attn_store_rows(bf16 *dst, long long stride, const bf16 *tile, int rows,
+                                                       int valid, int D, int ld, int lane) {
+    const int cpr = D / 8;
+#pragma unroll
+    for (int i = 0; i < rows * cpr / 32; i++) {
+        const int idx = lane + i * 32, r = idx / cpr, c = idx % cpr;
+        if (r < valid) *(uint4 *)(dst + (long long)r * stride + c * 8) = *(const uint4 *)(tile + r * ld + c * 8);
+    }
+}
+
+#endif

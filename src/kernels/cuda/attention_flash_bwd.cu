@@ -1,0 +1,400 @@
+/* Flash attention backward on tensor cores (bf16 storage, fp32 accumulation), deterministic: no
+ * atomics, every element of dqkv has one owner thread and a fixed summation order. It recomputes
+ * the probabilities twice instead of accumulating dQ with atomics (FlashAttention-2): 7 matrix
+ * products per (query, key) tile instead of 5, in exchange for bitwise-reproducible gradients.
+ * delta = rowsum(dout * out) is computed beforehand (attn_delta) into the caller's scratch.
+ *
+ * flash_bwd_dkdv: one CTA per (batch, kv head, block of BC = 64 keys); warp w owns keys
+ *   16w .. 16w + 15 and accumulates their dK and dV in registers over the query heads of the group
+ *   and the query blocks of BR queries at or after the key block (Q, dO, lse and delta
+ *   double-buffered with cp.async). It computes the transposed tiles directly, keys as rows:
+ *     S^T = K Q^T, dP^T = V dO^T, P^T = exp2(S^T * scale * log2 e - lse * log2 e),
+ *     dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q (times scale at the end),
+ *   so that P^T and dS^T, packed to bf16, are already the A operands of the last two products.
+ * flash_bwd_dq: one CTA per (batch, query head, block of 16 * MT * 4 queries); warp w owns 16 * MT
+ *   queries, keeps their Q and dO fragments in registers and walks the key blocks up to the
+ *   diagonal (K and V double-buffered): S = Q K^T, dP = dO V^T, dS = P (dP - delta),
+ *   dQ += dS K (times scale at the end).
+ * Each prefetch is issued right after the loop's one barrier, into the stage every warp has just
+ * finished with. Causal masks are applied only on blocks that cross a warp's diagonal (and on the ragged last
+ * query block: padding rows are zero-filled and their probabilities forced to 0). Outputs are
+ * staged through the warp's own rows of a shared tile for 16-byte stores. */
+#include "attention_common.cuh"
+
+/* Bounds of the register arrays (largest variant). */
+#define BWD_D_MAX 128
+#define BWD_BR_MAX 64 /* dkdv: queries per step */
+#define BWD_BC_MAX 64 /* dq: keys per step */
+#define BWD_MT_MAX 2  /* dq: m-tiles per warp */
+#define DQ_WARPS 4
+#define DKDV_WARPS 4 /* BC = 64 keys per CTA */
+
+/* ---- dK, dV ---------------------------------------------------------------------------------- */
+
+/* Issues the cp.async copies of step `it` (query head hh = it / nq of the group, query block
+ * qb0 + it % nq) into stage st: Q and dO tiles, lse and delta rows. */
+static __device__ __forceinline__ void dkdv_load_step(const attn_args a, int it, int st, int b, int kvh, int qb0,
+                                                      int nq, uint32_t sq_a, uint32_t sdo_a, uint32_t slse_a,
+                                                      uint32_t sdl_a, const int D, const int BR, const int NT,
+                                                      int tid) {
+    const int LD = D + 8, T = a.T;
+    const int h = kvh * a.group + it / nq, q0 = (qb0 + it % nq) * BR;
+    const bf16 *qg = (const bf16 *)a.qkv + ((long long)b * T + q0) * a.W + (long long)h * D;
+    const bf16 *og = (const bf16 *)a.dout + (((long long)b * T + q0) * a.Hq + h) * D;
+    attn_load_tile(sq_a + (uint32_t)st * BR * LD * 2, qg, a.W, BR, T - q0, D, LD, tid, NT);
+    attn_load_tile(sdo_a + (uint32_t)st * BR * LD * 2, og, (long long)a.Hq * D, BR, T - q0, D, LD, tid, NT);
+    const long long row = ((long long)b * a.Hq + h) * T;
+    for (int i = tid; i < 2 * BR; i += NT) {
+        const int j = i < BR ? i : i - BR, ok = q0 + j < T;
+        const float *src = (i < BR ? a.lse : a.delta) + row + (ok ? q0 + j : 0);
+        attn_cp_async4((i < BR ? slse_a : sdl_a) + (uint32_t)(st * BR + j) * 4, src, ok);
+    }
+}
+
+static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, const int D, const int BR,
+                                                           const int KVREG) {
+    const int NT = DKDV_WARPS * 32, BC = 16 * DKDV_WARPS, LD = D + 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sk = (bf16 *)smem;                 /* [BC][LD]; later dK staging */
+    bf16 *sv = sk + BC * LD;                 /* [BC][LD]; later dV staging */
+    bf16 *sq = sv + BC * LD;                 /* [2][BR][LD] */
+    bf16 *sdo = sq + 2 * BR * LD;            /* [2][BR][LD] */
+    float *slse = (float *)(sdo + 2 * BR * LD); /* [2][BR] */
+    float *sdl = slse + 2 * BR;              /* [2][BR] */
+    const uint32_t sk_a = attn_smem_addr(sk), sv_a = attn_smem_addr(sv), sq_a = attn_smem_addr(sq),
+                   sdo_a = attn_smem_addr(sdo), slse_a = attn_smem_addr(slse), sdl_a = attn_smem_addr(sdl);
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int T = a.T, b = blockIdx.x / a.Hkv, kvh = blockIdx.x % a.Hkv;
+    /* Key blocks in launch order: the first ones see the most queries, so they start first. */
+    const int k0 = blockIdx.y * BC;
+    const bf16 *kg = (const bf16 *)a.qkv + ((long long)b * T + k0) * a.W + (long long)(a.Hq + kvh) * D;
+    const bf16 *vg = kg + (long long)a.Hkv * D;
+    /* Query blocks that hold some query >= k0: qb0 .. nqb - 1, for each of the group's heads. */
+    const int qb0 = k0 / BR, nq = (T + BR - 1) / BR - qb0, nit = a.group * nq;
+
+    attn_load_tile(sk_a, kg, a.W, BC, T - k0, D, LD, tid, NT);
+    attn_load_tile(sv_a, vg, a.W, BC, T - k0, D, LD, tid, NT);
+    dkdv_load_step(a, 0, 0, b, kvh, qb0, nq, sq_a, sdo_a, slse_a, sdl_a, D, BR, NT, tid);
+    attn_cp_async_commit();
+    attn_cp_async_wait0();
+    __syncthreads();
+
+    const int wk = warp * 16, kw = k0 + wk; /* the warp's first key, in the tile and as an index */
+    const uint32_t off_a = attn_lane_off_a(lane, LD), off_b = attn_lane_off_b(lane, LD);
+    uint32_t kf[BWD_D_MAX / 16][4], vf[BWD_D_MAX / 16][4];
+    if (KVREG) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            attn_ldsm_x4(kf[kk], sk_a + attn_at(wk, kk * 16, LD) + off_a);
+            attn_ldsm_x4(vf[kk], sv_a + attn_at(wk, kk * 16, LD) + off_a);
+        }
+    }
+    float dk[BWD_D_MAX / 8][4], dv[BWD_D_MAX / 8][4];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+
+    for (int it = 0; it < nit; it++) {
+        const int st = it & 1, q0 = (qb0 + it % nq) * BR;
+        /* Step it has landed; after the barrier stage st^1 is free (as in the forward). */
+        attn_cp_async_wait0();
+        __syncthreads();
+        if (it + 1 < nit) {
+            dkdv_load_step(a, it + 1, st ^ 1, b, kvh, qb0, nq, sq_a, sdo_a, slse_a, sdl_a, D, BR, NT, tid);
+            attn_cp_async_commit();
+        }
+
+        /* Skip when every query of the block is before every key of the warp (warp-uniform). */
+        if (q0 + BR - 1 >= kw) {
+            const uint32_t sqb = sq_a + (uint32_t)st * BR * LD * 2, sdob = sdo_a + (uint32_t)st * BR * LD * 2;
+            float s[BWD_BR_MAX / 8][4], dp[BWD_BR_MAX / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < BR / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+
+            /* S^T = K Q^T and dP^T = V dO^T: Q and dO are stored [query][dim] = [n][k]. */
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t ka[4], va[4];
+                if (KVREG) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) ka[i] = kf[kk][i], va[i] = vf[kk][i];
+                } else {
+                    attn_ldsm_x4(ka, sk_a + attn_at(wk, kk * 16, LD) + off_a);
+                    attn_ldsm_x4(va, sv_a + attn_at(wk, kk * 16, LD) + off_a);
+                }
+#pragma unroll
+                for (int np = 0; np < BR / 16; np++) {
+                    uint32_t qb[4], ob[4];
+                    attn_ldsm_x4(qb, sqb + attn_at(np * 16, kk * 16, LD) + off_b);
+                    attn_mma(s[2 * np], ka, qb[0], qb[1]);
+                    attn_mma(s[2 * np + 1], ka, qb[2], qb[3]);
+                    attn_ldsm_x4(ob, sdob + attn_at(np * 16, kk * 16, LD) + off_b);
+                    attn_mma(dp[2 * np], va, ob[0], ob[1]);
+                    attn_mma(dp[2 * np + 1], va, ob[2], ob[3]);
+                }
+            }
+
+            /* P^T and dS^T. Rows are keys kw + g (+8), columns queries q0 + 8 nt + 2c (+1). A key
+             * after its query, or a padding query >= T, gets P = 0 (hence dS = 0). */
+            const int need_mask = q0 < kw + 15 || q0 + BR > T;
+            const float *lse_st = slse + st * BR, *dl_st = sdl + st * BR;
+#pragma unroll
+            for (int nt = 0; nt < BR / 8; nt++) {
+                const float2 L = *(const float2 *)(lse_st + nt * 8 + 2 * c);
+                const float2 Dl = *(const float2 *)(dl_st + nt * 8 + 2 * c);
+                const float l2[2] = {L.x * ATTN_LOG2E, L.y * ATTN_LOG2E}, dl[2] = {Dl.x, Dl.y};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = attn_exp2(fmaf(s[nt][e], a.sl2, -l2[e & 1]));
+                    if (need_mask) {
+                        const int key = kw + g + (e >> 1) * 8, q = q0 + nt * 8 + 2 * c + (e & 1);
+                        if (q < key || q >= T) p = 0.0f;
+                    }
+                    s[nt][e] = p;
+                    dp[nt][e] = p * (dp[nt][e] - dl[e & 1]);
+                }
+            }
+
+            /* dV += P^T dO and dK += dS^T Q: dO and Q are [query][dim] = [k][n], read with .trans. */
+#pragma unroll
+            for (int kq = 0; kq < BR / 16; kq++) {
+                uint32_t pa[4], da[4];
+                attn_pack_a(pa, s[2 * kq], s[2 * kq + 1]);
+                attn_pack_a(da, dp[2 * kq], dp[2 * kq + 1]);
+#pragma unroll
+                for (int dd = 0; dd < D / 16; dd++) {
+                    uint32_t ob[4], qb[4];
+                    attn_ldsm_x4_t(ob, sdob + attn_at(kq * 16, dd * 16, LD) + off_a);
+                    attn_mma(dv[2 * dd], pa, ob[0], ob[1]);
+                    attn_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
+                    attn_ldsm_x4_t(qb, sqb + attn_at(kq * 16, dd * 16, LD) + off_a);
+                    attn_mma(dk[2 * dd], da, qb[0], qb[1]);
+                    attn_mma(dk[2 * dd + 1], da, qb[2], qb[3]);
+                }
+            }
+        }
+    }
+    /* Epilogue: the warp's own 16 rows of sk / sv stage dK and dV; no other warp ever reads them
+     * (with KVREG == 0 this warp does, up to its last step, hence the __syncwarp). */
+    __syncwarp();
+    bf16 *stk = sk + wk * LD, *stv = sv + wk * LD;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int off = (g + 8 * r) * LD + dt * 8 + 2 * c;
+            *(uint32_t *)(stk + off) = attn_pack(dk[dt][2 * r] * a.scale, dk[dt][2 * r + 1] * a.scale);
+            *(uint32_t *)(stv + off) = attn_pack(dv[dt][2 * r], dv[dt][2 * r + 1]);
+        }
+    __syncwarp();
+    bf16 *dkg = (bf16 *)a.dqkv + ((long long)b * T + kw) * a.W + (long long)(a.Hq + kvh) * D;
+    attn_store_rows(dkg, a.W, stk, 16, T - kw, D, LD, lane);
+    attn_store_rows(dkg + (long long)a.Hkv * D, a.W, stv, 16, T - kw, D, LD, lane);
+}
+
+/* ---- dQ ---------------------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, const int D, const int MT, const int BC) {
+    const int NT = DQ_WARPS * 32, BR = 16 * MT * DQ_WARPS, LD = D + 8, WR = 16 * MT;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sq = (bf16 *)smem;       /* [BR][LD]; later dQ staging */
+    bf16 *sdo = sq + BR * LD;      /* [BR][LD] */
+    bf16 *sk = sdo + BR * LD;      /* [2][BC][LD] */
+    bf16 *sv = sk + 2 * BC * LD;   /* [2][BC][LD] */
+    const uint32_t sq_a = attn_smem_addr(sq), sdo_a = attn_smem_addr(sdo), sk_a = attn_smem_addr(sk),
+                   sv_a = attn_smem_addr(sv);
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int T = a.T, bh = blockIdx.x, b = bh / a.Hq, h = bh % a.Hq, kvh = h / a.group;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR; /* longest blocks first */
+    const bf16 *qkv = (const bf16 *)a.qkv + (long long)b * T * a.W;
+    const bf16 *qg = qkv + (long long)q0 * a.W + (long long)h * D;
+    const bf16 *og = (const bf16 *)a.dout + (((long long)b * T + q0) * a.Hq + h) * D;
+    const bf16 *kg = qkv + (long long)(a.Hq + kvh) * D;
+    const bf16 *vg = qkv + (long long)(a.Hq + a.Hkv + kvh) * D;
+    const int kend = min(q0 + BR, T), nkb = (kend + BC - 1) / BC;
+
+    attn_load_tile(sq_a, qg, a.W, BR, T - q0, D, LD, tid, NT);
+    attn_load_tile(sdo_a, og, (long long)a.Hq * D, BR, T - q0, D, LD, tid, NT);
+    attn_load_tile(sk_a, kg, a.W, BC, T, D, LD, tid, NT);
+    attn_load_tile(sv_a, vg, a.W, BC, T, D, LD, tid, NT);
+    attn_cp_async_commit();
+    attn_cp_async_wait0();
+    __syncthreads();
+
+    const int wrow = warp * WR, wr0 = q0 + wrow;
+    const uint32_t off_a = attn_lane_off_a(lane, LD), off_b = attn_lane_off_b(lane, LD);
+    uint32_t qf[BWD_MT_MAX][BWD_D_MAX / 16][4], of[BWD_MT_MAX][BWD_D_MAX / 16][4];
+    float l2[BWD_MT_MAX][2], dl[BWD_MT_MAX][2], dq[BWD_MT_MAX][BWD_D_MAX / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            attn_ldsm_x4(qf[mt][kk], sq_a + attn_at(wrow + mt * 16, kk * 16, LD) + off_a);
+            attn_ldsm_x4(of[mt][kk], sdo_a + attn_at(wrow + mt * 16, kk * 16, LD) + off_a);
+        }
+        /* Padding rows (>= T) get lse = delta = 0: with zero Q and dO their dS is exactly 0. */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = wr0 + mt * 16 + g + 8 * r, ok = row < T;
+            l2[mt][r] = ok ? a.lse[(long long)bh * T + row] * ATTN_LOG2E : 0.0f;
+            dl[mt][r] = ok ? a.delta[(long long)bh * T + row] : 0.0f;
+        }
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dq[mt][dt][e] = 0.0f;
+    }
+
+    for (int kb = 0; kb < nkb; kb++) {
+        const int st = kb & 1, k0 = kb * BC;
+        /* Block kb has landed; after the barrier stage st^1 is free (as in the forward). */
+        attn_cp_async_wait0();
+        __syncthreads();
+        if (kb + 1 < nkb) {
+            const long long koff = (long long)(k0 + BC) * a.W;
+            attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
+            attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
+            attn_cp_async_commit();
+        }
+
+        if (k0 <= wr0 + WR - 1) {
+            const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
+            float s[BWD_MT_MAX][BWD_BC_MAX / 8][4], dp[BWD_MT_MAX][BWD_BC_MAX / 8][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
+
+            /* S = Q K^T, dP = dO V^T: K and V are stored [key][dim] = [n][k]. */
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+                for (int np = 0; np < BC / 16; np++) {
+                    uint32_t kb4[4], vb4[4];
+                    attn_ldsm_x4(kb4, skb + attn_at(np * 16, kk * 16, LD) + off_b);
+                    attn_ldsm_x4(vb4, svb + attn_at(np * 16, kk * 16, LD) + off_b);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        attn_mma(s[mt][2 * np], qf[mt][kk], kb4[0], kb4[1]);
+                        attn_mma(s[mt][2 * np + 1], qf[mt][kk], kb4[2], kb4[3]);
+                        attn_mma(dp[mt][2 * np], of[mt][kk], vb4[0], vb4[1]);
+                        attn_mma(dp[mt][2 * np + 1], of[mt][kk], vb4[2], vb4[3]);
+                    }
+                }
+
+            /* dS = P (dP - delta), P = exp2(S * scale * log2 e - lse * log2 e); keys after the row
+             * get P = 0. */
+            const int need_mask = k0 + BC - 1 > wr0;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float p = attn_exp2(fmaf(s[mt][nt][e], a.sl2, -l2[mt][e >> 1]));
+                        if (need_mask) {
+                            const int row = wr0 + mt * 16 + g + (e >> 1) * 8, key = k0 + nt * 8 + 2 * c + (e & 1);
+                            if (key > row) p = 0.0f;
+                        }
+                        s[mt][nt][e] = p * (dp[mt][nt][e] - dl[mt][e >> 1]);
+                    }
+
+            /* dQ += dS K: K is [key][dim] = [k][n], read with .trans. */
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                uint32_t da[BWD_MT_MAX][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) attn_pack_a(da[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+                for (int dd = 0; dd < D / 16; dd++) {
+                    uint32_t kb4[4];
+                    attn_ldsm_x4_t(kb4, skb + attn_at(kk * 16, dd * 16, LD) + off_a);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        attn_mma(dq[mt][2 * dd], da[mt], kb4[0], kb4[1]);
+                        attn_mma(dq[mt][2 * dd + 1], da[mt], kb4[2], kb4[3]);
+                    }
+                }
+            }
+        }
+    }
+
+    /* Epilogue: the warp's own rows of sq (read only by it, at the start) stage dQ. */
+    __syncwarp();
+    bf16 *stage = sq + wrow * LD;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                *(uint32_t *)(stage + (mt * 16 + g + 8 * r) * LD + dt * 8 + 2 * c) =
+                    attn_pack(dq[mt][dt][2 * r] * a.scale, dq[mt][dt][2 * r + 1] * a.scale);
+    __syncwarp();
+    bf16 *dqg = (bf16 *)a.dqkv + ((long long)b * T + wr0) * a.W + (long long)h * D;
+    attn_store_rows(dqg, a.W, stage, WR, T - wr0, D, LD, lane);
+}
+
+/* ---- variants and launch ------------------------------------------------------------------------ */
+
+/* dkdv (D, BR, KVREG): D = 64 keeps the warp's K and V fragments in registers (re-reading them
+ * measured 7% slower on H100); at D = 128 they do not fit beside the dK/dV accumulators, and 32
+ * queries per step keep S^T and dP^T small enough not to spill. */
+#define DKDV_D64 64, 64, 1
+#define DKDV_D128 128, 32, 0
+/* dq (D, MT, BC): 32 queries per warp feed each K/V fragment to two m-tiles (at D = 64, 26% less
+ * time on H100 than 16 queries per warp with 64-key blocks). */
+#define DQ_D64 64, 2, 32
+#define DQ_D128 128, 1, 32
+
+#define DKDV_KERNEL(name, ...)                                                                               \
+    __global__ void __launch_bounds__(DKDV_WARPS * 32) name(const attn_args a) {                             \
+        flash_bwd_dkdv_body(a, __VA_ARGS__);                                                                 \
+    }
+#define DQ_KERNEL(name, ...)                                                                                 \
+    __global__ void __launch_bounds__(DQ_WARPS * 32) name(const attn_args a) { flash_bwd_dq_body(a, __VA_ARGS__); }
+DKDV_KERNEL(flash_bwd_dkdv_d64, DKDV_D64)
+DKDV_KERNEL(flash_bwd_dkdv_d128, DKDV_D128)
+DQ_KERNEL(flash_bwd_dq_d64, DQ_D64)
+DQ_KERNEL(flash_bwd_dq_d128, DQ_D128)
+
+/* Shared memory: K and V tiles, two stages of Q and dO tiles and of lse and delta rows. */
+static int dkdv_smem(int D, int BR, int KVREG) { return (2 * 16 * DKDV_WARPS + 4 * BR) * (D + 8) * 2 + 4 * BR * 4; }
+static int dq_br(int D, int MT, int BC) { return 16 * MT * DQ_WARPS; }
+/* Shared memory: Q and dO tiles, two stages of K and V. */
+static int dq_smem(int D, int MT, int BC) { return (2 * 16 * MT * DQ_WARPS + 4 * BC) * (D + 8) * 2; }
+
+int attn_tc_backward(const attn_args *a, cudaStream_t s) {
+    if (a->D != 64 && a->D != 128) return -1;
+    const int d64 = a->D == 64;
+    const int kv_threads = DKDV_WARPS * 32, kv_bc = 16 * DKDV_WARPS;
+    const int kv_smem = d64 ? dkdv_smem(DKDV_D64) : dkdv_smem(DKDV_D128);
+    const int q_br = d64 ? dq_br(DQ_D64) : dq_br(DQ_D128);
+    const int q_smem = d64 ? dq_smem(DQ_D64) : dq_smem(DQ_D128);
+    const int nkb = (a->T + kv_bc - 1) / kv_bc, nqb = (a->T + q_br - 1) / q_br;
+    if (nkb > 65535 || nqb > 65535) return -1;
+    const dim3 kv_grid((unsigned)(a->B * a->Hkv), (unsigned)nkb), q_grid((unsigned)(a->B * a->Hq), (unsigned)nqb);
+    if (d64) {
+        attn_set_smem((const void *)flash_bwd_dkdv_d64, kv_smem, "flash_bwd_dkdv_d64");
+        flash_bwd_dkdv_d64<<<kv_grid, kv_threads, kv_smem, s>>>(*a);
+        attn_check_launch("flash_bwd_dkdv_d64");
+        attn_set_smem((const void *)flash_bwd_dq_d64, q_smem, "flash_bwd_dq_d64");
+        flash_bwd_dq_d64<<<q_grid, DQ_WARPS * 32, q_smem, s>>>(*a);
+        attn_check_launch("flash_bwd_dq_d64");
+    } else {
+        attn_set_smem((const void *)flash_bwd_dkdv_d128, kv_smem, "flash_bwd_dkdv_d128");
+        flash_bwd_dkdv_d128<<<kv_grid, kv_threads, kv_smem, s>>>(*a);
+        attn_check_launch("flash_bwd_dkdv_d128");
+        attn_set_smem((const void *)flash_bwd_dq_d128, q_smem, "flash_bwd_dq_d128");
+        flash_bwd_dq_d128<<<q_grid, DQ_WARPS * 32, q_smem, s>>>(*a);
+        attn_check_launch("flash_bwd_dq_d128");
+    }
+    return 0;
+}

@@ -1,0 +1,100 @@
+/* Launch functions of the CUDA kernels (the .cu files in src/kernels/cuda), callable from C.
+ *
+ * Each op computes what its CPU twin in ops_cpu.h computes (same shapes, same "+=" versus
+ * "overwrite" rules, documented in src/backend/backend.h), on device pointers, enqueued on stream
+ * `s`. `act` is the dtype of activations and working weights (FSDP_BF16 or FSDP_F32), `grad` the
+ * dtype of parameter gradients; statistics (rstd, mean, lse, losses, scale) are fp32. Arithmetic is
+ * fp32 whatever the storage dtype. Ops that reduce across rows (weight and bias gradients, sums)
+ * do so deterministically through `scratch` (fp32, size from the matching *_scratch function), so
+ * that the same inputs give bitwise the same outputs on every run.
+ *
+ * A failed launch is fatal: the launcher names the kernel (fsdp_fatal). Launchers never
+ * synchronise. */
+#ifndef FSDP_KERNELS_OPS_CUDA_H
+#define FSDP_KERNELS_OPS_CUDA_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/dtype.h"
+#include "op_args.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- embeddings ---- */
+void fsdp_cuda_embedding_forward(void *out, const int32_t *tokens, const void *wte, const void *wpe, int pos_offset,
+                                 int N, int T, int C, fsdp_dtype act, cudaStream_t s);
+/* dwte/dwpe accumulate; rows hit by several tokens are summed (atomics in fp32 are acceptable here:
+ * the order of a few additions into one row is the only non-determinism allowed in this file). */
+void fsdp_cuda_embedding_backward(void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int pos_offset,
+                                  int N, int T, int C, fsdp_dtype act, fsdp_dtype grad, cudaStream_t s);
+
+/* ---- norms ---- */
+size_t fsdp_cuda_norm_backward_scratch(int N, int C); /* bytes */
+void fsdp_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps,
+                               fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_rmsnorm_backward(void *dinp, void *dweight, const void *dout, const void *inp, const void *weight,
+                                const float *rstd, int N, int C, fsdp_dtype act, fsdp_dtype grad, float *scratch,
+                                cudaStream_t s);
+void fsdp_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight,
+                                 const void *bias, int N, int C, float eps, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_layernorm_backward(void *dinp, void *dweight, void *dbias, const void *dout, const void *inp,
+                                  const void *weight, const float *mean, const float *rstd, int N, int C,
+                                  fsdp_dtype act, fsdp_dtype grad, float *scratch, cudaStream_t s);
+
+/* ---- bias gradients: dbias[OC] += sum over n of dout[n, OC] ---- */
+size_t fsdp_cuda_column_sum_scratch(int N, int OC); /* bytes */
+void fsdp_cuda_column_sum(void *dbias, const void *dout, int N, int OC, fsdp_dtype act, fsdp_dtype grad,
+                          float *scratch, cudaStream_t s);
+
+/* ---- pointwise ---- */
+void fsdp_cuda_relu_backward(void *d, const void *out, size_t n, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_rope_forward(void *qkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D, fsdp_dtype act,
+                            cudaStream_t s);
+void fsdp_cuda_rope_backward(void *dqkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D, fsdp_dtype act,
+                             cudaStream_t s);
+void fsdp_cuda_swiglu_forward(void *out, const void *gateup, int N, int F, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_swiglu_backward(void *dgateup, const void *dout, const void *gateup, int N, int F, fsdp_dtype act,
+                               cudaStream_t s);
+
+/* ---- loss: logits[n, V] (act) replaced in place by grad_scale * dloss/dlogits; losses[n] fp32 ---- */
+void fsdp_cuda_cross_entropy(float *losses, void *logits, const int32_t *targets, int n, int V, float grad_scale,
+                             fsdp_dtype act, cudaStream_t s);
+
+/* ---- optimizer and utilities ---- */
+void fsdp_cuda_adamw(void *param, const void *grad, void *m, void *v, fsdp_dtype master, size_t n,
+                     const fsdp_adamw_args *a, const float *grad_scale, void *working, fsdp_dtype working_t,
+                     cudaStream_t s);
+void fsdp_cuda_cast(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t n, cudaStream_t s);
+void fsdp_cuda_accumulate(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t n, cudaStream_t s);
+size_t fsdp_cuda_reduce_scratch(size_t n); /* bytes, for sum_squares and sum */
+/* *out += sum(x^2) / sum(x), fp32, fixed order. */
+void fsdp_cuda_sum_squares(float *out, const void *x, fsdp_dtype t, size_t n, float *scratch, cudaStream_t s);
+void fsdp_cuda_sum(float *out, const float *x, size_t n, float *scratch, cudaStream_t s);
+void fsdp_cuda_clip_scale(float *scale, const float *sumsq, float max_norm, cudaStream_t s);
+
+/* ---- attention (src/kernels/cuda/attention_*) ---- */
+/* Flash: causal, grouped-query, never materialises T x T. qkv[B,T,(Hq+2Hkv)*D]; out[B,T,Hq*D];
+ * lse[B,Hq,T]. Tensor-core paths for bf16 with D in {64, 128}; every other case (fp32, other D <=
+ * 256) runs a slower exact path. */
+size_t fsdp_cuda_flash_backward_scratch(int B, int T, int Hq, int Hkv, int D); /* bytes */
+void fsdp_cuda_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int Hq, int Hkv, int D,
+                             fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_flash_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                              int B, int T, int Hq, int Hkv, int D, fsdp_dtype act, float *scratch, cudaStream_t s);
+/* Eager's softmax over scores[BH, T, T] (act; row t valid up to column t): probs = softmax(scale *
+ * scores) with the causal mask, masked entries 0; lse[BH, T] saved. probs may alias scores. */
+void fsdp_cuda_causal_softmax_forward(void *probs, float *lse, const void *scores, int BH, int T, float scale,
+                                      fsdp_dtype act, cudaStream_t s);
+/* dscores = scale * probs * (dprobs - rowsum(dprobs * probs)); may alias dprobs. */
+void fsdp_cuda_causal_softmax_backward(void *dscores, const void *dprobs, const void *probs, int BH, int T,
+                                       float scale, fsdp_dtype act, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

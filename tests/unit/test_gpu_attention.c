@@ -1,0 +1,313 @@
+/* Checks the CUDA attention kernels (src/kernels/cuda/attention*.cu) against the CPU reference
+ * (src/kernels/cpu/attention.c) on fresh random inputs of magnitude ~1:
+ *  - flash forward (out, lse) and backward (dqkv) on the tensor-core path (bf16, D = 64 and 128)
+ *    and on the exact path (fp32; odd head dims such as 40; an unaligned bf16 tensor), GQA group
+ *    sizes 1, 2 and 4, T from 1 to 1024 (ragged tiles included), B = 1 and 2. The CPU backward is
+ *    given the GPU's own out and lse, so that it checks the backward alone;
+ *  - relative errors ||gpu - cpu|| / ||cpu|| below 2e-2 for bf16 tensors (1e-3 for lse) and 1e-4
+ *    in fp32; outputs are poisoned with NaN before every run and NaN never passes;
+ *  - the backward is bitwise deterministic over two runs;
+ *  - the eager causal softmax forward and backward, out of place and in place, against a
+ *    double-precision computation, with masked entries exactly 0.
+ * Prints one line per case; exits 1 on any failure, 77 when there is no GPU. `--quick` skips the
+ * T = 1024 cases (for runs under compute-sanitizer). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "kernels/ops_cpu.h"
+#include "kernels/ops_cuda.h"
+
+#define CK(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "test_gpu_attention: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,       \
+                    cudaGetErrorString(e_));                                                                 \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static int g_failures = 0;
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+
+static double rnd(void) { /* splitmix64, [0, 1) */
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0;
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_gpu_attention: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* n values uniform in (-a, a), rounded to bf16 when the test runs in bf16 (so that the CPU sees
+ * exactly what the GPU sees). */
+static float *rand_vec(size_t n, float a, fsdp_dtype t) {
+    float *p = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)((2.0 * rnd() - 1.0) * a);
+        p[i] = t == FSDP_BF16 ? fsdp_round_bf16(v) : v;
+    }
+    return p;
+}
+
+static size_t esize(fsdp_dtype t) { return t == FSDP_BF16 ? 2 : 4; }
+
+/* Device buffer of n elements of type t (plus `pad` bytes in front, to test unaligned tensors),
+ * filled with NaN bytes. Returns the element pointer; *base gets what to free. */
+static void *dev_alloc(size_t n, fsdp_dtype t, size_t pad, void **base) {
+    char *p;
+    CK(cudaMalloc((void **)&p, n * esize(t) + pad + 16));
+    CK(cudaMemset(p, 0xff, n * esize(t) + pad + 16));
+    *base = p;
+    return p + pad;
+}
+
+static void to_dev(void *d, const float *h, size_t n, fsdp_dtype t) {
+    if (t == FSDP_F32) {
+        CK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+        return;
+    }
+    uint16_t *tmp = xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) tmp[i] = fsdp_f32_to_bf16(h[i]);
+    CK(cudaMemcpy(d, tmp, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    free(tmp);
+}
+
+static void from_dev(float *h, const void *d, size_t n, fsdp_dtype t) {
+    if (t == FSDP_F32) {
+        CK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+        return;
+    }
+    uint16_t *tmp = xmalloc(n * sizeof(uint16_t));
+    CK(cudaMemcpy(tmp, d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) h[i] = fsdp_bf16_to_f32(tmp[i]);
+    free(tmp);
+}
+
+static void sync_check(const char *what) {
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "test_gpu_attention: %s: %s\n", what, cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+/* ||x - ref|| / ||ref|| over the elements selected by (start, count, stride, len): for each of
+ * `count` blocks at start + k * stride, `len` consecutive elements. NaN anywhere gives NaN. */
+static double rel_err_sel(const float *x, const float *ref, size_t start, size_t count, size_t stride, size_t len) {
+    double num = 0.0, den = 0.0;
+    for (size_t k = 0; k < count; k++)
+        for (size_t i = 0; i < len; i++) {
+            size_t j = start + k * stride + i;
+            if (isnan(x[j]) || isnan(ref[j])) return NAN;
+            double d = (double)x[j] - ref[j];
+            num += d * d;
+            den += (double)ref[j] * ref[j];
+        }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+static double rel_err(const float *x, const float *ref, size_t n) { return rel_err_sel(x, ref, 0, 1, 0, n); }
+
+static int pass(double err, double tol) { return !isnan(err) && err < tol; } /* NaN never passes */
+
+/* ---- flash attention ------------------------------------------------------------------------- */
+
+typedef struct {
+    fsdp_dtype act;
+    int D, B, T, Hq, Hkv;
+    int misalign; /* offset every tensor by 8 bytes: the bf16 D=64/128 case must then take the exact path */
+} flash_case;
+
+static void run_flash(const flash_case *c) {
+    const int D = c->D, B = c->B, T = c->T, Hq = c->Hq, Hkv = c->Hkv;
+    const fsdp_dtype t = c->act;
+    const size_t W = (size_t)(Hq + 2 * Hkv) * D, nqkv = (size_t)B * T * W, no = (size_t)B * T * Hq * D,
+                 nl = (size_t)B * Hq * T;
+    const size_t pad = c->misalign ? 8 : 0;
+    const double tol = t == FSDP_BF16 ? 2e-2 : 1e-4, tol_lse = t == FSDP_BF16 ? 1e-3 : 1e-4;
+
+    float *qkv = rand_vec(nqkv, 1.7320508f, t), *dout = rand_vec(no, 1.7320508f, t);
+    float *out_ref = xmalloc(no * sizeof(float)), *lse_ref = xmalloc(nl * sizeof(float));
+    float *out = xmalloc(no * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
+    float *dqkv_ref = xmalloc(nqkv * sizeof(float)), *dqkv = xmalloc(nqkv * sizeof(float));
+    float *dqkv2 = xmalloc(nqkv * sizeof(float));
+
+    void *b_qkv, *b_out, *b_lse, *b_dout, *b_dqkv, *b_scr;
+    void *d_qkv = dev_alloc(nqkv, t, pad, &b_qkv), *d_out = dev_alloc(no, t, pad, &b_out);
+    void *d_dout = dev_alloc(no, t, pad, &b_dout), *d_dqkv = dev_alloc(nqkv, t, pad, &b_dqkv);
+    float *d_lse = dev_alloc(nl, FSDP_F32, 0, &b_lse);
+    size_t scr_bytes = fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D);
+    float *d_scr = dev_alloc(scr_bytes / 4 + 1, FSDP_F32, 0, &b_scr);
+    to_dev(d_qkv, qkv, nqkv, t);
+    to_dev(d_dout, dout, no, t);
+
+    /* Forward. */
+    cpu_attention_forward(out_ref, lse_ref, NULL, qkv, B, T, Hq, Hkv, D);
+    fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, t, 0);
+    sync_check("flash forward");
+    from_dev(out, d_out, no, t);
+    from_dev(lse, d_lse, nl, FSDP_F32);
+    double e_out = rel_err(out, out_ref, no), e_lse = rel_err(lse, lse_ref, nl);
+
+    /* Backward, against the CPU backward of the GPU's own out and lse. */
+    cpu_attention_backward(dqkv_ref, dout, qkv, out, lse, NULL, B, T, Hq, Hkv, D);
+    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, t, d_scr, 0);
+    sync_check("flash backward");
+    from_dev(dqkv, d_dqkv, nqkv, t);
+    const size_t ntok = (size_t)B * T;
+    double e_dq = rel_err_sel(dqkv, dqkv_ref, 0, ntok, W, (size_t)Hq * D);
+    double e_dk = rel_err_sel(dqkv, dqkv_ref, (size_t)Hq * D, ntok, W, (size_t)Hkv * D);
+    double e_dv = rel_err_sel(dqkv, dqkv_ref, (size_t)(Hq + Hkv) * D, ntok, W, (size_t)Hkv * D);
+
+    /* Determinism: poison, run again, compare bits. */
+    CK(cudaMemset(d_dqkv, 0xff, nqkv * esize(t)));
+    CK(cudaMemset(d_scr, 0xff, scr_bytes));
+    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, t, d_scr, 0);
+    sync_check("flash backward (second run)");
+    from_dev(dqkv2, d_dqkv, nqkv, t);
+    int det = memcmp(dqkv, dqkv2, nqkv * sizeof(float)) == 0;
+
+    int ok = pass(e_out, tol) && pass(e_lse, tol_lse) && pass(e_dq, tol) && pass(e_dk, tol) && pass(e_dv, tol) && det;
+    printf("%s flash %s D=%d B=%d T=%d Hq=%d Hkv=%d%s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n",
+           ok ? "ok  " : "FAIL", fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", e_out, e_lse,
+           e_dq, e_dk, e_dv, det ? "deterministic" : "NOT DETERMINISTIC");
+    fflush(stdout);
+    if (!ok) g_failures++;
+
+    CK(cudaFree(b_qkv));
+    CK(cudaFree(b_out));
+    CK(cudaFree(b_lse));
+    CK(cudaFree(b_dout));
+    CK(cudaFree(b_dqkv));
+    CK(cudaFree(b_scr));
+    free(qkv), free(dout), free(out_ref), free(lse_ref), free(out), free(lse), free(dqkv_ref), free(dqkv), free(dqkv2);
+}
+
+/* ---- eager softmax ------------------------------------------------------------------------------ */
+
+static void run_softmax(fsdp_dtype t, int BH, int T) {
+    const size_t n = (size_t)BH * T * T, rows = (size_t)BH * T;
+    const float scale = 0.125f;
+    const double tol = t == FSDP_BF16 ? 2e-2 : 1e-4;
+    float *sc = rand_vec(n, 4.0f, t), *dp = rand_vec(n, 1.0f, t);
+    float *p_ref = xmalloc(n * sizeof(float)), *lse_ref = xmalloc(rows * sizeof(float));
+    float *ds_ref = xmalloc(n * sizeof(float)), *p_in = xmalloc(n * sizeof(float));
+    float *got = xmalloc(n * sizeof(float)), *lse = xmalloc(rows * sizeof(float));
+
+    for (size_t r = 0; r < rows; r++) {
+        const int row_t = (int)(r % T);
+        const float *s = sc + r * T;
+        double m = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= row_t; j++) m = fmax(m, (double)scale * s[j]);
+        for (int j = 0; j <= row_t; j++) sum += exp((double)scale * s[j] - m);
+        const double l = m + log(sum);
+        lse_ref[r] = (float)l;
+        for (int j = 0; j < T; j++) p_ref[r * T + j] = j <= row_t ? (float)exp((double)scale * s[j] - l) : 0.0f;
+    }
+    /* The backward's probs input is what a forward of this dtype would have stored. */
+    for (size_t i = 0; i < n; i++) p_in[i] = t == FSDP_BF16 ? fsdp_round_bf16(p_ref[i]) : p_ref[i];
+    for (size_t r = 0; r < rows; r++) {
+        const int row_t = (int)(r % T);
+        double dot = 0.0;
+        for (int j = 0; j <= row_t; j++) dot += (double)dp[r * T + j] * p_in[r * T + j];
+        for (int j = 0; j < T; j++)
+            ds_ref[r * T + j] = j <= row_t ? (float)(scale * (double)p_in[r * T + j] * (dp[r * T + j] - dot)) : 0.0f;
+    }
+
+    void *b_a, *b_b, *b_c, *b_l;
+    void *d_a = dev_alloc(n, t, 0, &b_a), *d_b = dev_alloc(n, t, 0, &b_b), *d_c = dev_alloc(n, t, 0, &b_c);
+    float *d_lse = dev_alloc(rows, FSDP_F32, 0, &b_l);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        /* Forward: scores in d_a, probs in d_b (or in d_a). */
+        CK(cudaMemset(d_b, 0xff, n * esize(t)));
+        CK(cudaMemset(d_lse, 0xff, rows * sizeof(float)));
+        to_dev(d_a, sc, n, t);
+        void *probs = inplace ? d_a : d_b;
+        fsdp_cuda_causal_softmax_forward(probs, d_lse, d_a, BH, T, scale, t, 0);
+        sync_check("causal softmax forward");
+        from_dev(got, probs, n, t);
+        from_dev(lse, d_lse, rows, FSDP_F32);
+        int zeros = 1;
+        for (size_t r = 0; r < rows; r++)
+            for (int j = (int)(r % T) + 1; j < T; j++) zeros &= got[r * T + j] == 0.0f;
+        double e_p = rel_err(got, p_ref, n), e_l = rel_err(lse, lse_ref, rows);
+
+        /* Backward: dprobs in d_a, probs in d_c, dscores in d_b (or in d_a). */
+        CK(cudaMemset(d_b, 0xff, n * esize(t)));
+        to_dev(d_a, dp, n, t);
+        to_dev(d_c, p_in, n, t);
+        void *dscores = inplace ? d_a : d_b;
+        fsdp_cuda_causal_softmax_backward(dscores, d_a, d_c, BH, T, scale, t, 0);
+        sync_check("causal softmax backward");
+        from_dev(got, dscores, n, t);
+        for (size_t r = 0; r < rows; r++)
+            for (int j = (int)(r % T) + 1; j < T; j++) zeros &= got[r * T + j] == 0.0f;
+        double e_ds = rel_err(got, ds_ref, n);
+
+        int ok = pass(e_p, tol) && pass(e_l, t == FSDP_BF16 ? 1e-3 : 1e-4) && pass(e_ds, tol) && zeros;
+        printf("%s causal softmax %s BH=%d T=%d%s: probs %.2e lse %.2e dscores %.2e%s\n", ok ? "ok  " : "FAIL",
+               fsdp_dtype_name(t), BH, T, inplace ? " in place" : "", e_p, e_l, e_ds,
+               zeros ? "" : " (masked entries not 0)");
+        fflush(stdout);
+        if (!ok) g_failures++;
+    }
+    CK(cudaFree(b_a));
+    CK(cudaFree(b_b));
+    CK(cudaFree(b_c));
+    CK(cudaFree(b_l));
+    free(sc), free(dp), free(p_ref), free(lse_ref), free(ds_ref), free(p_in), free(got), free(lse);
+}
+
+int main(int argc, char **argv) {
+    const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_gpu_attention: SKIPPED (no GPU)\n");
+        return 77;
+    }
+    CK(cudaSetDevice(0));
+
+    /* Tensor-core path: every T against every group size, for both head dims. */
+    const int Ts[] = {1, 37, 128, 200, 1024};
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < 5; ti++)
+            for (int gi = 0; gi < 3; gi++) {
+                const int group = 1 << gi, Hkv = group == 4 ? 1 : 2, T = Ts[ti];
+                if (quick && T > 200) continue;
+                const int B = T >= 1024 ? 1 : 1 + (ti + gi) % 2;
+                flash_case c = {FSDP_BF16, di == 0 ? 64 : 128, B, T, group * Hkv, Hkv, 0};
+                run_flash(&c);
+            }
+
+    /* Exact path. */
+    const flash_case exact[] = {
+        {FSDP_F32, 64, 2, 37, 4, 2, 0},   {FSDP_F32, 64, 1, 200, 4, 1, 0},  {FSDP_F32, 64, 1, 1, 2, 2, 0},
+        {FSDP_F32, 128, 1, 130, 4, 1, 0}, {FSDP_F32, 40, 2, 37, 4, 2, 0},   {FSDP_F32, 40, 1, 128, 2, 2, 0},
+        {FSDP_BF16, 40, 2, 37, 4, 1, 0},  {FSDP_BF16, 40, 1, 200, 4, 2, 0}, {FSDP_BF16, 256, 1, 70, 2, 1, 0},
+        {FSDP_F32, 6, 2, 45, 3, 1, 0},    {FSDP_BF16, 64, 2, 37, 4, 2, 1},  {FSDP_BF16, 128, 1, 100, 2, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) run_flash(&exact[i]);
+
+    /* Eager softmax. */
+    const int sT[] = {1, 37, 200};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++) run_softmax(k ? FSDP_BF16 : FSDP_F32, 3, sT[i]);
+
+    printf("test_gpu_attention: %s (%d failure%s)\n", g_failures ? "FAILED" : "passed", g_failures,
+           g_failures == 1 ? "" : "s");
+    return g_failures ? 1 : 0;
+}

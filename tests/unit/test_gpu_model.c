@@ -1,0 +1,192 @@
+/* The whole model on the CUDA backend against the CPU backend: the loss and every parameter
+ * gradient of one forward and backward, for tiny Llama (GQA, tied, llama3 rope), tiny OPT, and a
+ * small Llama with head dimension 64 (the tensor-core attention path), with flash and eager
+ * attention, in fp32 (tolerance 1e-4) and bf16 mixed precision against the CPU's bf16 emulation
+ * (loss 1e-2, gradients 6e-2 with flash and 2e-1 with eager, whose dP is bf16).
+ * Exit 77 without a GPU. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/rng.h"
+#include "model/model.h"
+
+static int failures, checks;
+
+typedef struct {
+    fsdp_backend *be;
+    fsdp_model *model;
+    void **params, **grads;
+    float *loss;
+} side;
+
+static void *to_device(fsdp_backend *be, const float *x, size_t n, fsdp_dtype t) {
+    void *d = be->alloc(be, n * be->dtype_size(be, t), "test");
+    if (be->dtype_size(be, t) == 2) {
+        uint16_t *h = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(x[i]);
+        be->copy_h2d(be, d, h, n * 2, be->compute);
+        be->stream_synchronize(be, be->compute);
+        free(h);
+    } else {
+        be->copy_h2d(be, d, x, n * 4, be->compute);
+        be->stream_synchronize(be, be->compute);
+    }
+    return d;
+}
+
+static float *to_host(fsdp_backend *be, const void *d, size_t n, fsdp_dtype t) {
+    float *x = malloc(n * 4);
+    be->stream_synchronize(be, be->compute);
+    if (be->dtype_size(be, t) == 2) {
+        uint16_t *h = malloc(n * 2);
+        be->copy_d2h(be, h, d, n * 2, be->compute);
+        be->stream_synchronize(be, be->compute);
+        for (size_t i = 0; i < n; i++) x[i] = fsdp_bf16_to_f32(h[i]);
+        free(h);
+    } else {
+        be->copy_d2h(be, x, d, n * 4, be->compute);
+        be->stream_synchronize(be, be->compute);
+    }
+    return x;
+}
+
+static void run_side(side *s, const fsdp_model_config *cfg, const fsdp_layout *l, float **host_params,
+                     const int32_t *tok, const int32_t *tgt, int B, int T, fsdp_attn attn, int counted) {
+    fsdp_backend *be = s->be;
+    fsdp_err err = {0};
+    fsdp_model_shape shape = {B, T, attn, 17};
+    s->model = fsdp_model_create(be, cfg, l, &shape, &err);
+    if (!s->model) {
+        printf("model creation failed: %s\n", err.msg);
+        exit(1);
+    }
+    int U = l->num_units;
+    s->params = calloc((size_t)U, sizeof(void *));
+    s->grads = calloc((size_t)U, sizeof(void *));
+    for (int u = 0; u < U; u++) {
+        s->params[u] = to_device(be, host_params[u], (size_t)l->units[u].numel, be->act_dtype);
+        s->grads[u] = be->alloc(be, (size_t)l->units[u].numel * be->dtype_size(be, be->grad_dtype), "grads");
+    }
+    be->copy_h2d(be, fsdp_model_tokens(s->model), tok, (size_t)B * T * 4, be->compute);
+    be->copy_h2d(be, fsdp_model_targets(s->model), tgt, (size_t)B * T * 4, be->compute);
+    s->loss = be->alloc(be, 4, "loss");
+    int L = cfg->num_layers, E = 0, H = U - 1;
+    fsdp_model_embed_forward(s->model, s->params[E]);
+    for (int i = 0; i < L; i++) fsdp_model_block_forward(s->model, i, s->params[1 + i]);
+    fsdp_model_head(s->model, s->params[H], s->grads[H], s->params[E], s->grads[E], 1.0f / (float)counted, s->loss);
+    for (int i = L - 1; i >= 0; i--) fsdp_model_block_backward(s->model, i, s->params[1 + i], s->grads[1 + i]);
+    fsdp_model_embed_backward(s->model, s->params[E], s->grads[E]);
+    be->stream_synchronize(be, be->compute);
+}
+
+static void free_side(side *s, int U) {
+    for (int u = 0; u < U; u++) s->be->free(s->be, s->params[u]), s->be->free(s->be, s->grads[u]);
+    s->be->free(s->be, s->loss);
+    fsdp_model_destroy(s->model);
+    free(s->params), free(s->grads);
+}
+
+static void check(const char *what, double err, double tol) {
+    int ok = isfinite(err) && err <= tol;
+    checks++;
+    failures += !ok;
+    if (!ok || strstr(what, "loss")) printf("  %-4s %-60s rel err %.2e (tol %.0e)\n", ok ? "ok" : "FAIL", what, err, tol);
+}
+
+static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_dtype act, fsdp_attn attn, int B,
+                          int T) {
+    fsdp_err err = {0};
+    fsdp_layout l;
+    fsdp_layout_build(cfg, &l);
+    /* In bf16 mode the CPU side emulates bf16 (every op's output rounded to bf16, as the GPU stores
+     * it): against plain fp32, small models' attention gradients differ by more than bf16 noise
+     * because they are small differences of large terms. */
+    fsdp_backend_options co = {"cpu", act, FSDP_F32, 0, 1, 0}, go = {"cuda", act, FSDP_F32, 0, 1, 0};
+    side c = {fsdp_backend_create(&co, &err), 0, 0, 0, 0}, g = {fsdp_backend_create(&go, &err), 0, 0, 0, 0};
+    int U = l.num_units;
+    float **hp = calloc((size_t)U, sizeof(float *));
+    for (int u = 0; u < U; u++) hp[u] = malloc((size_t)l.units[u].numel * 4);
+    for (int i = 0; i < l.num_params; i++) {
+        const fsdp_param_desc *p = &l.params[i];
+        for (int64_t k = 0; k < p->numel; k++) {
+            float v = fsdp_param_init_value(cfg, p, 3, k);
+            if (p->ndim == 1) v += 0.1f * (float)fsdp_rand_normal(4, (uint64_t)i, (uint64_t)k);
+            /* Both sides start from the same (bf16-representable, in bf16 mode) weights. */
+            hp[p->unit][p->offset + k] = act == FSDP_BF16 ? fsdp_round_bf16(v) : v;
+        }
+    }
+    int N = B * T, counted = 0;
+    int32_t *tok = malloc((size_t)N * 4), *tgt = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) {
+        tok[i] = (int32_t)fsdp_rand_below(8, 1, (uint64_t)i, (uint32_t)cfg->vocab_size);
+        tgt[i] = i % 9 == 4 ? -1 : (int32_t)fsdp_rand_below(8, 2, (uint64_t)i, (uint32_t)cfg->vocab_size);
+        counted += tgt[i] >= 0;
+    }
+    run_side(&c, cfg, &l, hp, tok, tgt, B, T, attn, counted);
+    run_side(&g, cfg, &l, hp, tok, tgt, B, T, attn, counted);
+    /* Eager bf16 keeps dP = dO V^T in bf16, as PyTorch's eager attention does; the softmax backward
+     * then takes the small difference dP - rowsum(dP P), so the q and k gradients of near-uniform
+     * attention (tiny OPT) carry up to ~15% of bf16 rounding noise that the CPU's fused backward
+     * (dP in fp32) does not have. Flash computes dP in fp32 and meets the tighter bound. */
+    double tol_loss = act == FSDP_BF16 ? 1e-2 : 1e-5;
+    double tol_grad = act == FSDP_F32 ? 1e-4 : attn == FSDP_ATTN_EAGER ? 2e-1 : 6e-2;
+    char what[192];
+    float *gl = to_host(g.be, g.loss, 1, FSDP_F32);
+    snprintf(what, sizeof what, "%s %s %s: loss %.5f vs %.5f", label, act == FSDP_BF16 ? "bf16" : "fp32",
+             attn == FSDP_ATTN_FLASH ? "flash" : "eager", *gl / counted, *c.loss / counted);
+    check(what, fabs(*gl - *c.loss) / fabs(*c.loss), tol_loss);
+    double worst = 0;
+    for (int i = 0; i < l.num_params; i++) {
+        const fsdp_param_desc *p = &l.params[i];
+        if (strstr(p->name, "k_proj.bias")) continue; /* exactly zero in exact arithmetic */
+        float *gg = to_host(g.be, (char *)g.grads[p->unit], (size_t)l.units[p->unit].numel, FSDP_F32);
+        const float *cg = (const float *)c.grads[p->unit] + p->offset;
+        double num = 0, den = 0;
+        for (int64_t k = 0; k < p->numel; k++) {
+            double d = (double)gg[p->offset + k] - cg[k];
+            num += d * d, den += (double)cg[k] * cg[k];
+        }
+        double e = sqrt(num / (den > 0 ? den : 1e-30));
+        if (e > worst) worst = e;
+        snprintf(what, sizeof what, "%s grad %s", label, p->name);
+        check(what, e, tol_grad);
+        free(gg);
+    }
+    printf("  %s %s %s: %d gradients, worst rel err %.2e (tol %.0e)\n", label, act == FSDP_BF16 ? "bf16" : "fp32",
+           attn == FSDP_ATTN_FLASH ? "flash" : "eager", l.num_params, worst, tol_grad);
+    free(gl);
+    free_side(&c, U), free_side(&g, U);
+    c.be->destroy(c.be), g.be->destroy(g.be);
+    for (int u = 0; u < U; u++) free(hp[u]);
+    free(hp), free(tok), free(tgt);
+    fsdp_layout_free(&l);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    if (!fsdp_backend_cuda_available()) {
+        printf("test_gpu_model: SKIPPED (no GPU)\n");
+        MPI_Finalize();
+        return 77;
+    }
+    fsdp_model_config tl, to, sl;
+    fsdp_model_preset("tiny-llama", &tl);
+    fsdp_model_preset("tiny-opt", &to);
+    fsdp_model_preset("tiny-llama", &sl);
+    snprintf(sl.name, sizeof sl.name, "small-llama-d64");
+    sl.hidden_size = 256, sl.num_heads = 4, sl.num_kv_heads = 2, sl.head_dim = 64, sl.intermediate_size = 512;
+    for (int act = 0; act < 2; act++)
+        for (int attn = 0; attn < 2; attn++) {
+            fsdp_dtype a = act ? FSDP_BF16 : FSDP_F32;
+            compare_model("tiny-llama", &tl, a, (fsdp_attn)attn, 2, 37);
+            compare_model("tiny-opt", &to, a, (fsdp_attn)attn, 2, 37);
+            compare_model("small-llama-d64", &sl, a, (fsdp_attn)attn, 2, 200);
+        }
+    printf("test_gpu_model: %d of %d checks failed\n", failures, checks);
+    MPI_Finalize();
+    return failures ? 1 : 0;
+}

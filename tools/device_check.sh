@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One check-and-measure pass on a GPU host (run from the repository root, with build-cuda/ and
+# .gpu-host/ carried along): environment, GPU unit tests, the whole-model test, kernel and attention
+# benchmarks, and short training runs. Everything is logged under $OUT (or /tmp/fsdp-check).
+#   tools/device_check.sh [quick|tests|train|bench] ...
+set -uo pipefail
+OUT=${OUT:-/tmp/fsdp-check}
+mkdir -p "$OUT"
+. .gpu-host/env.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 HDF5_USE_FILE_LOCKING=FALSE
+B=${BUILD:-build-cuda}
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+for what in "${@:-quick}"; do
+  case "$what" in
+    env)
+      step env
+      nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
+      ldd $B/fsdp | grep -E "not found|mpi|hdf5|nccl|cublas|cudart"
+      $B/fsdp --version ;;
+    tests)
+      step unit tests
+      for t in test_gpu_kernels test_gpu_attention test_gpu_backend test_gpu_model; do
+        [ -x $B/tests/$t ] || continue
+        timeout 300 $B/tests/$t > "$OUT/$t.log" 2>&1; echo "$t exit $?"
+        grep -E "FAIL|failed|SKIPPED" "$OUT/$t.log" | head -20
+      done ;;
+    bench)
+      step attention bench
+      timeout 120 $B/bench/attention_bench 2>&1 | tail -12 ;;
+    train)
+      step llama-3.2-1b mbs 32
+      timeout 300 mpirun -np 1 --bind-to none $B/fsdp train --model llama-3.2-1b --mbs 32 --seq 1024 --steps 8 \
+        --lr 1e-5 --device cuda --metrics "$OUT/llama1b.jsonl" 2>&1 | tail -14 ;;
+    *) echo "unknown step $what" ;;
+  esac
+done
