@@ -7,6 +7,7 @@ command, and the raw records) go to bench/results/DATE-DEVICE-SUITE.md and .json
   python3 bench/compare.py --suite headline            # Llama-3.2-1B and OPT-1.3B, best recipe each
   python3 bench/compare.py --suite ladder              # the course's ladder, both models
   python3 bench/compare.py --suite fsdp2 --gpus 2      # 1 and 2 GPUs, FULL / SHARD_GRAD_OP / NO_SHARD
+  python3 bench/compare.py --suite scaling --gpus 8    # Llama-3.2-1B and Llama-2-7B, every strategy, 1 and 8 GPUs
   python3 bench/compare.py --suite headline --only fsdp   # skip the reference (no ratios)
 
 Each row is one run of each program; both report steady-state throughput (fsdp.c: every step but
@@ -62,6 +63,22 @@ def suite(name, args):
             for label, mbs, ours, ref in rungs:
                 rows.append(row(model, label, mbs, ours, ["hf"] + ref))
         return rows
+    if name == "scaling":
+        # The issue-4 matrix: both models, every strategy, 1 GPU and --gpus GPUs (HYBRID emulates two
+        # nodes with --ranks-per-node); Llama-2-7B at sequence 512 as in the course's report.
+        rows = []
+        for model, mbs, seq in (("llama1b", 16, 1024), ("llama2_7b", 8, 512)):
+            for gpus in (1, args.gpus):
+                for strategy in ("FULL", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID"):
+                    if gpus == 1 and strategy != "FULL":
+                        continue  # on one GPU every strategy is the same computation
+                    ours = best + ["--strategy", strategy]
+                    if strategy == "HYBRID":
+                        ours += ["--ranks-per-node", str(max(1, gpus // 2))]
+                    torch_strategy = {"FULL": "FULL_SHARD"}.get(strategy, strategy)
+                    ref = None if strategy == "HYBRID" else ["fsdp", "--strategy", torch_strategy, "--attn", "sdpa"]
+                    rows.append(row(model, "%s, %d GPU(s)" % (strategy, gpus), mbs, ours, ref, seq=seq, gpus=gpus))
+        return rows
     if name == "fsdp2":
         rows = []
         for gpus in (1, args.gpus):
@@ -69,7 +86,7 @@ def suite(name, args):
                 rows.append(row("llama1b", "%s, %d GPU(s)" % (strategy, gpus), 16, best + ["--strategy", strategy],
                                 ["fsdp", "--strategy", strategy, "--attn", "sdpa"], gpus=gpus))
         return rows
-    raise SystemExit("unknown suite %r (headline, ladder, fsdp2)" % name)
+    raise SystemExit("unknown suite %r (headline, ladder, fsdp2, scaling)" % name)
 
 
 def run(cmd, env, timeout):
@@ -182,7 +199,7 @@ def main():
     results = []
     for r in rows:
         ours = run_fsdp(r, args, env, args.out) if args.only != "reference" else {}
-        ref = run_ref(r, args, env) if args.only != "fsdp" else {}
+        ref = run_ref(r, args, env) if args.only != "fsdp" and r["ref"] else {}
         results.append(dict(r, fsdp=ours, reference=ref))
         print(json.dumps(results[-1]["fsdp"]), json.dumps(results[-1]["reference"]), flush=True)
 
