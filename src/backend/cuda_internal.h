@@ -96,7 +96,7 @@ typedef struct {
     void *D;
     int ldd;
     fsdp_dtype in_t, out_t;
-    const void *bias; /* in out_t... see cuda_matmul.c */
+    const void *bias; /* length m, in out_t; NULL for none */
     int relu;
     float beta;
 } fsdp_gemm;

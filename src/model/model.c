@@ -176,7 +176,7 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
         return NULL;
     }
     if (cfg->family == FSDP_FAMILY_OPT && shape->seq > cfg->max_position_embeddings) {
-        fsdp_errf(err, "--seq %d exceeds the model's max_position_embeddings %d (OPT has learned positions)",
+        fsdp_usagef(err, "--seq %d exceeds the model's max_position_embeddings %d (OPT has learned positions)",
                   shape->seq, cfg->max_position_embeddings);
         return NULL;
     }

@@ -70,11 +70,8 @@ static int create_engine(fsdp_trainer *t, fsdp_err *err) {
 
 static int setup(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
-    if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0 && load_model_config(o->model, &t->cfg, err) == 0) {
-        if (o->seq > t->cfg.max_position_embeddings && t->cfg.family == FSDP_FAMILY_OPT)
-            fsdp_usagef(err, "--seq %d exceeds the model's max_position_embeddings %d", o->seq,
-                        t->cfg.max_position_embeddings);
-    }
+    if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0)
+        load_model_config(o->model, &t->cfg, err);
     if (fsdp_agree(&t->world, err)) return -1;
     fsdp_layout_build(&t->cfg, &t->layout);
     build_order(t);
@@ -89,11 +86,13 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     t->be = fsdp_backend_create(&bo, err);
     if (fsdp_agree(&t->world, err)) return -1;
 
-    if (create_engine(t, err)) return -1;
-
+    /* The model checks the batch shape (an OPT sequence beyond its positions, say) before the
+     * engine takes the memory of the shards. */
     fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk};
     t->model = fsdp_model_create(t->be, &t->cfg, &t->layout, &shape, err);
     if (fsdp_agree(&t->world, err)) return -1;
+
+    if (create_engine(t, err)) return -1;
 
     if (fsdp_data_open(&t->data, o->data, o->synthetic_vocab, t->cfg.vocab_size, o->seq, o->seed, err) == 0)
         t->data.seed = o->seed;
@@ -265,9 +264,11 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
     if (t->step % o->log_every == 0 || t->step == o->steps) {
         char eta[32];
         format_eta(eta_s, eta, sizeof eta);
+        int width = 1;
+        for (int n = o->steps; n >= 10; n /= 10) width++;
         fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/GPU | %.1f ms | comm wait %.1f%% | "
                  "ETA %s\n",
-                 (int)strlen("100"), t->step, o->steps, r->loss, r->lr, r->grad_norm, tps, r->step_ms,
+                 width, t->step, o->steps, r->loss, r->lr, r->grad_norm, tps, r->step_ms,
                  r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eta);
     }
     if (t->metrics) {

@@ -20,7 +20,7 @@ FAILURES = []
 
 
 def has_cuda_backend():
-    """True when the built program has the CUDA backend and a GPU is visible."""
+    """The number of visible GPUs when the built program has the CUDA backend, else 0."""
     try:
         version = subprocess.run([BIN, "--version"], env=ENV, capture_output=True, text=True, timeout=60).stdout
         gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
