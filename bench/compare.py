@@ -105,7 +105,7 @@ def run_fsdp(r, args, env, workdir):
         os.remove(metrics)
     cmd = ["mpirun", "-np", str(r["gpus"]), "--bind-to", "none", args.fsdp, "train", "--model", MODELS[r["model"]][0],
            "--seq", str(r["seq"]), "--mbs", str(r["mbs"]), "--steps", str(args.steps), "--lr", "1e-5",
-           "--device", "cuda", "--log-every", "5", "--metrics", metrics] + r["ours"]
+           "--device", "cuda", "--log-every", "5", "--metrics", metrics] + r["ours"] + shlex.split(args.extra)
     rc, out = run(cmd, env, args.timeout)
     rec = dict(command=" ".join(shlex.quote(c) for c in cmd), rc=rc)
     summary = None
@@ -165,12 +165,49 @@ def fmt(rec, model, seq):
     return ["%.0f" % rec["tps"], "%.0f" % tflops, "%.1f%%" % (100 * tflops / PEAK), "%.1f" % rec["gib"]]
 
 
+def write_results(base, args, device, stamp, env, results, done):
+    head = ["model", "configuration", "GPUs", "MBS", "fsdp.c tok/s/GPU", "TFLOP/s", "MFU", "GiB",
+            "reference tok/s/GPU", "TFLOP/s", "MFU", "GiB", "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for res in results:
+        ours, ref = res["fsdp"], res["reference"]
+        ratio = "%.2fx" % (ours["tps"] / ref["tps"]) if "tps" in ours and "tps" in ref else "-"
+        lines.append("| " + " | ".join([MODELS[res["model"]][1], res["label"], str(res["gpus"]), str(res["mbs"])] +
+                                       fmt(ours, res["model"], res["seq"]) + fmt(ref, res["model"], res["seq"]) +
+                                       [ratio]) + " |")
+    table = "\n".join(lines)
+    command = " ".join(shlex.quote(a) for a in sys.argv)
+    nccl = {k: v for k, v in env.items() if k.startswith("NCCL_")}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset: all)")
+    with open(base + ".json", "w") as f:
+        json.dump(dict(device=device, date=stamp, visible_gpus=visible, nccl_env=nccl, command=command,
+                       complete=done, results=results), f, indent=1)
+    with open(base + ".md", "w") as f:
+        f.write("# %s suite on %s, %s\n\n" % (args.suite, device, stamp))
+        f.write("Command: `%s`\n\n" % command)
+        extra = dict(nccl, CUDA_VISIBLE_DEVICES=visible)
+        f.write("Environment: %s\n\n" % ", ".join("`%s=%s`" % kv for kv in sorted(extra.items())))
+        if not done:
+            f.write("**Incomplete: the run stopped before its last row.**\n\n")
+        f.write("Both programs ran in this call on this device, one after the other. Throughput is steady state; "
+                "TFLOP/s uses the reference's formula; MFU is against %.0f TFLOP/s.\n\n" % PEAK)
+        f.write(table + "\n\n## Exact commands\n\n")
+        for res in results:
+            for side in ("fsdp", "reference"):
+                if res[side].get("command"):
+                    f.write("- `%s`\n" % res[side]["command"])
+    return table
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default="headline", help="headline, ladder or fsdp2")
     p.add_argument("--gpus", type=int, default=2, help="GPUs for the fsdp2 suite")
     p.add_argument("--only", choices=["both", "fsdp", "reference"], default="both")
     p.add_argument("--rows", default="", help="comma-separated row numbers to run (default all)")
+    p.add_argument("--model", default="", help="run only this model's rows: " + ", ".join(MODELS))
+    p.add_argument("--extra", default="", help="flags added to every fsdp.c command (quoted, shell syntax)")
+    p.add_argument("--tag", default="", help="added to the result file names (runs that share a date and suite)")
     p.add_argument("--steps", type=int, default=12, help="fsdp.c steps per run (the first is not timed)")
     p.add_argument("--ref-steps", type=int, default=20)
     p.add_argument("--ref-warm", type=int, default=5)
@@ -187,49 +224,36 @@ def main():
     env = dict(os.environ)
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1")
-    device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                            text=True).stdout.strip().splitlines()
+    try:
+        device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                text=True).stdout.strip().splitlines()
+    except OSError:
+        device = []
     device = device[0] if device else "unknown GPU"
     os.makedirs(args.out, exist_ok=True)
     rows = suite(args.suite, args)
+    if args.model:
+        if args.model not in MODELS:
+            raise SystemExit("compare.py: unknown --model %r (%s)" % (args.model, ", ".join(MODELS)))
+        rows = [r for r in rows if r["model"] == args.model]
     if args.rows:
         keep = {int(x) for x in args.rows.split(",")}
         rows = [r for i, r in enumerate(rows) if i in keep]
+    if not rows:
+        raise SystemExit("compare.py: no rows selected (--model / --rows)")
 
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d")
+    name = "%s-%s-%s" % (stamp, re.sub(r"\W+", "-", device).strip("-").lower(), args.suite)
+    base = os.path.join(args.out, name + ("-" + re.sub(r"\W+", "-", args.tag) if args.tag else ""))
     results = []
-    for r in rows:
+    for i, r in enumerate(rows):
         ours = run_fsdp(r, args, env, args.out) if args.only != "reference" else {}
         ref = run_ref(r, args, env) if args.only != "fsdp" and r["ref"] else {}
         results.append(dict(r, fsdp=ours, reference=ref))
         print(json.dumps(results[-1]["fsdp"]), json.dumps(results[-1]["reference"]), flush=True)
-
-    head = ["model", "configuration", "GPUs", "MBS", "fsdp.c tok/s/GPU", "TFLOP/s", "MFU", "GiB",
-            "reference tok/s/GPU", "TFLOP/s", "MFU", "GiB", "ratio"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for res in results:
-        ours, ref = res["fsdp"], res["reference"]
-        ratio = "%.2fx" % (ours["tps"] / ref["tps"]) if "tps" in ours and "tps" in ref else "-"
-        lines.append("| " + " | ".join([MODELS[res["model"]][1], res["label"], str(res["gpus"]), str(res["mbs"])] +
-                                       fmt(ours, res["model"], res["seq"]) + fmt(ref, res["model"], res["seq"]) +
-                                       [ratio]) + " |")
-    table = "\n".join(lines)
+        # Rewritten after every row: a run cut short by a time limit keeps what it measured.
+        table = write_results(base, args, device, stamp, env, results, done=(i + 1 == len(rows)))
     print("\n" + table)
-
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d")
-    base = os.path.join(args.out, "%s-%s-%s" % (stamp, re.sub(r"\W+", "-", device).strip("-").lower(), args.suite))
-    with open(base + ".json", "w") as f:
-        json.dump(dict(device=device, date=stamp, command=" ".join(shlex.quote(a) for a in sys.argv), results=results),
-                  f, indent=1)
-    with open(base + ".md", "w") as f:
-        f.write("# %s suite on %s, %s\n\n" % (args.suite, device, stamp))
-        f.write("Command: `%s`\n\n" % " ".join(shlex.quote(a) for a in sys.argv))
-        f.write("Both programs ran in this call on this device, one after the other. Throughput is steady state; "
-                "TFLOP/s uses the reference's formula; MFU is against %.0f TFLOP/s.\n\n" % PEAK)
-        f.write(table + "\n\n## Exact commands\n\n")
-        for res in results:
-            for side in ("fsdp", "reference"):
-                if res[side].get("command"):
-                    f.write("- `%s`\n" % res[side]["command"])
     print("\nwritten: %s.md, %s.json" % (base, base))
 
 

@@ -111,6 +111,11 @@ struct fsdp_backend {
     void (*sum)(fsdp_backend *be, float *out, const float *x, size_t n, fsdp_stream *s);
     /* *scale = min(1, max_norm / (sqrt(*sumsq) + 1e-6)); max_norm <= 0 gives 1. */
     void (*clip_scale)(fsdp_backend *be, float *scale, const float *sumsq, float max_norm, fsdp_stream *s);
+    /* The shard's part of a scatter-add of rows (cpu_add_rows in src/kernels/ops_cpu.h): dst (fp32)
+     * holds elements [window_start, window_start + window_len) of a flat array; values are N rows of
+     * C in the activation dtype. */
+    void (*add_rows)(fsdp_backend *be, float *dst, int64_t window_start, int64_t window_len,
+                     const fsdp_row_set *sets, int nsets, const void *values, int N, int C, fsdp_stream *s);
     /* AdamW on a flat range (decoupled weight decay, bias-corrected), the gradient multiplied by
      * *grad_scale first. param/grad/m/v share master_t. If `working` is not NULL the updated
      * parameter is also written there in working_t (the bf16 copy that gets gathered). */

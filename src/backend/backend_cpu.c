@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../base/error.h"
+#include "../base/watchdog.h"
 #include "../kernels/ops_cpu.h"
 #include "backend.h"
 
@@ -68,10 +69,15 @@ static void round_if(fsdp_dtype t, void *x, size_t n) {
     if (t == FSDP_BF16) cpu_round_bf16((float *)x, n);
 }
 
-static void run_task(task *t) {
+static void run_task(task *t, const fsdp_stream *s) {
     switch (t->kind) {
     case TASK_NOP: break;
-    case TASK_REQUEST: FSDP_CHECK_MPI(MPI_Wait(&t->request, MPI_STATUS_IGNORE)); break;
+    case TASK_REQUEST: {
+        char what[64];
+        snprintf(what, sizeof what, "a collective on stream '%s'", s->name);
+        fsdp_mpi_wait(&t->request, what);
+        break;
+    }
     case TASK_CAST:
         if (t->dst != t->src) memcpy(t->dst, t->src, t->n * sizeof(float));
         round_if(t->dst_t, t->dst, t->n);
@@ -109,7 +115,7 @@ static void drain_to(fsdp_stream *s, long long upto) {
         task *t = s->head;
         s->head = t->next;
         if (!s->head) s->tail = NULL;
-        run_task(t);
+        run_task(t, s);
         s->completed++;
         free(t);
     }
@@ -136,7 +142,7 @@ static task *new_task(task_kind kind) {
 /* An op on stream s: at once when nothing is pending there, else behind the pending work. */
 static void submit(fsdp_stream *s, task *t) {
     if (!s->head) {
-        run_task(t);
+        run_task(t, s);
         s->enqueued++;
         s->completed++;
         free(t);
@@ -386,6 +392,13 @@ static void cpu_adamw_op(fsdp_backend *be, void *param, const void *grad, void *
 #define ACT(be) ((be)->act_dtype)
 #define GRAD(be) ((be)->grad_dtype)
 
+static void cpu_add_rows_op(fsdp_backend *be, float *dst, int64_t window_start, int64_t window_len,
+                            const fsdp_row_set *sets, int nsets, const void *values, int N, int C, fsdp_stream *s) {
+    (void)be;
+    drain(s);
+    cpu_add_rows(dst, window_start, window_len, sets, nsets, values, N, C);
+}
+
 static void cpu_embedding_forward_op(fsdp_backend *be, void *out, const int32_t *tokens, const void *wte,
                                   const void *wpe, int pos_offset, int N, int T, int C) {
     progress(be);
@@ -559,6 +572,7 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->clip_scale = cpu_clip_scale;
     be->adamw = cpu_adamw_op;
 
+    be->add_rows = cpu_add_rows_op;
     be->embedding_forward = cpu_embedding_forward_op;
     be->embedding_backward = cpu_embedding_backward_op;
     be->rmsnorm_forward = cpu_rmsnorm_forward_op;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "../base/log.h"
+#include "../base/watchdog.h"
 #include "../kernels/ops_cuda.h"
 #include "cuda_internal.h"
 
@@ -147,11 +148,6 @@ static void cuda_stream_wait_event(fsdp_backend *be, fsdp_stream *s, fsdp_event 
     FSDP_CHECK_CUDA(cudaStreamWaitEvent(s->stream, e->event, 0));
 }
 
-static void sleep_us(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
 void fsdp_cuda_wait_event(fsdp_backend *be, cudaEvent_t e, const char *what) {
     cuda_impl *im = cuda_of(be);
     double start = fsdp_now(), next_poll = start + 1.0;
@@ -159,7 +155,7 @@ void fsdp_cuda_wait_event(fsdp_backend *be, cudaEvent_t e, const char *what) {
         cudaError_t rc = cudaEventQuery(e);
         if (rc == cudaSuccess) return;
         if (rc != cudaErrorNotReady) fsdp_fatal("waiting for %s: %s", what, cudaGetErrorString(rc));
-        if (spins > 1000) sleep_us(50); /* spin briefly, then stop burning a core */
+        if (spins > 1000) fsdp_sleep_us(50); /* spin briefly, then stop burning a core */
         double now = fsdp_now();
         if (now < next_poll) continue;
         next_poll = now + 1.0;
@@ -170,9 +166,9 @@ void fsdp_cuda_wait_event(fsdp_backend *be, cudaEvent_t e, const char *what) {
                 fsdp_fatal("NCCL communicator '%s' (rank %d of %d) failed while waiting for %s: %s", c->name, c->rank,
                            c->size, what, ncclGetErrorString(async));
         }
-        if (now - start > im->sync_timeout_s)
-            fsdp_fatal("no progress for %.0f s while waiting for %s: a peer rank has probably failed (see its "
-                       "message above); set FSDP_SYNC_TIMEOUT to wait longer",
+        if (now - start > fsdp_sync_timeout_s())
+            fsdp_fatal("no progress for %.0f s while waiting for %s: a peer rank has probably failed or stalled "
+                       "(see its message, if any); set FSDP_SYNC_TIMEOUT to wait longer",
                        now - start, what);
     }
 }
@@ -255,6 +251,11 @@ static void cuda_accumulate(fsdp_backend *be, void *dst, fsdp_dtype dt, const vo
                             fsdp_stream *s) {
     (void)be;
     fsdp_cuda_accumulate(dst, dt, src, st, n, s->stream);
+}
+
+static void cuda_add_rows(fsdp_backend *be, float *dst, int64_t window_start, int64_t window_len,
+                          const fsdp_row_set *sets, int nsets, const void *values, int N, int C, fsdp_stream *s) {
+    fsdp_cuda_add_rows(dst, window_start, window_len, sets, nsets, values, N, C, be->act_dtype, s->stream);
 }
 
 /* Reductions take the shared scratch, which belongs to the compute stream. */
@@ -410,8 +411,7 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     im->device = opts->local_rank % count;
     FSDP_CHECK_CUDA(cudaSetDevice(im->device));
     FSDP_CHECK_CUDA(cudaGetDeviceProperties(&im->prop, im->device));
-    const char *timeout = getenv("FSDP_SYNC_TIMEOUT");
-    im->sync_timeout_s = timeout ? atof(timeout) : 600.0;
+    (void)fsdp_sync_timeout_s(); /* a malformed FSDP_SYNC_TIMEOUT fails here, not at the first wait */
     im->tf32 = getenv("FSDP_TF32") && atoi(getenv("FSDP_TF32")) != 0;
 
     be->name = "cuda";
@@ -454,6 +454,7 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->clip_scale = cuda_clip_scale;
     be->adamw = cuda_adamw;
 
+    be->add_rows = cuda_add_rows;
     be->embedding_forward = cuda_embedding_forward;
     be->embedding_backward = cuda_embedding_backward;
     be->rmsnorm_forward = cuda_rmsnorm_forward;

@@ -70,7 +70,6 @@ typedef struct {
     fsdp_comm *comms;
     allocation *allocations;
     int tf32;
-    double sync_timeout_s; /* a wait longer than this aborts with a message instead of hanging */
 } cuda_impl;
 
 static inline cuda_impl *cuda_of(fsdp_backend *be) { return (cuda_impl *)be->impl; }

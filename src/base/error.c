@@ -1,5 +1,7 @@
 #include "error.h"
 
+#include "watchdog.h"
+
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -108,7 +110,8 @@ int fsdp_agree(const void *mpi_comm, fsdp_err *err) {
     FSDP_CHECK_MPI(MPI_Comm_size(comm, &size));
     /* The lowest failing rank speaks for everyone. */
     int mine = err->failed ? rank : size, first = size;
-    FSDP_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    first = mine;
+    fsdp_mpi_allreduce(&first, 1, MPI_INT, MPI_MIN, comm, "the other ranks to agree on an error");
     if (first == size) return 0;
     int status = err->status;
     FSDP_CHECK_MPI(MPI_Bcast(&status, 1, MPI_INT, first, comm));

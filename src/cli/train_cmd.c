@@ -11,6 +11,7 @@ static const char *const PRECISIONS[] = {"fp32", "bf16", NULL};
 static const char *const MIXED[] = {"no", "bf16", NULL};
 static const char *const REDUCE[] = {"auto", "fp32", "bf16", NULL};
 static const char *const ATTN[] = {"eager", "flash", NULL};
+static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 
 static const char EPILOGUE[] =
@@ -24,7 +25,7 @@ static const char EPILOGUE[] =
 int fsdp_cmd_train(int argc, char **argv) {
     fsdp_err err = {0};
     const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
-    const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash";
+    const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
     const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL;
     int ranks_per_node = 0, prefetch = 1, max_live = 2, mbs = 4, seq = 1024, grad_accum = 1, steps = 20;
     int warmup = 0, synthetic_vocab = 1000, ckpt_every = 0, keep = 0, log_every = 1, head_chunk = 0;
@@ -68,6 +69,9 @@ int fsdp_cmd_train(int argc, char **argv) {
         {"attn", FSDP_ARG_CHOICE, &attn, "A",
          "Attention: eager materialises the seq x seq probabilities (the course's baseline); flash does not.", 1, 0,
          ATTN, 0},
+        {"embedding-grads", FSDP_ARG_CHOICE, &embed_grads, "M",
+         "Token-embedding gradient: dense reduce-scatters the whole matrix; rows gathers only the rows the batch "
+         "touched (fp32 master weights); auto picks rows when that moves fewer bytes.", 1, 0, EMBED_GRADS, 0},
         {"seed", FSDP_ARG_INT64, &seed, "N", "Seed of the initial weights and the data order.", 0, 9e18, NULL, 0},
         {"data", FSDP_ARG_STRING, &data, "synthetic|FILE",
          "Training data: synthetic tokens (the course's DummyDataset) or a token file (docs/FORMATS.md).", 1, 0, NULL,
@@ -131,6 +135,13 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.reduce_dtype = !strcmp(reduce_dtype, "auto") ? o.master_dtype : !strcmp(reduce_dtype, "bf16") ? FSDP_BF16 : FSDP_F32;
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
     o.head_chunk = head_chunk;
+    o.embed_grads = !strcmp(embed_grads, "rows")    ? FSDP_EMBED_GRADS_ROWS
+                    : !strcmp(embed_grads, "dense") ? FSDP_EMBED_GRADS_DENSE
+                                                    : FSDP_EMBED_GRADS_AUTO;
+    if (o.embed_grads == FSDP_EMBED_GRADS_ROWS && o.master_dtype != FSDP_F32) {
+        fsdp_usagef(&err, "train: --embedding-grads rows needs --model-precision fp32 (fp32 gradient shards)");
+        fsdp_exit_error(&err, 0);
+    }
     o.data = data;
     o.synthetic_vocab = synthetic_vocab;
     o.ckpt_dir = ckpt_dir, o.ckpt_every = ckpt_every, o.keep = keep, o.resume = resume;

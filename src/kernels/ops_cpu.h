@@ -20,6 +20,12 @@ void cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte, 
 void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int pos_offset,
                             int N, int T, int C);
 
+/* dst[e - window_start] += values[n * C + c] for e = set.base + row(n) * C + c of every row set, when e
+ * lies in [window_start, window_start + window_len): the part of a scatter-add that lands in one
+ * rank's shard of a flat buffer. Deterministic: rows are visited in order. */
+void cpu_add_rows(float *dst, int64_t window_start, int64_t window_len, const fsdp_row_set *sets, int nsets,
+                  const float *values, int N, int C);
+
 void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
 void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                           const float *rstd, int N, int C);

@@ -31,6 +31,10 @@ void fsdp_cuda_embedding_forward(void *out, const int32_t *tokens, const void *w
  * the order of a few additions into one row is the only non-determinism allowed in this file). */
 void fsdp_cuda_embedding_backward(void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int pos_offset,
                                   int N, int T, int C, fsdp_dtype act, fsdp_dtype grad, cudaStream_t s);
+/* The CUDA twin of cpu_add_rows (values in `act`, dst fp32); atomics, so the order of additions
+ * into one element is not fixed. */
+void fsdp_cuda_add_rows(float *dst, int64_t window_start, int64_t window_len, const fsdp_row_set *sets, int nsets,
+                        const void *values, int N, int C, fsdp_dtype act, cudaStream_t s);
 
 /* ---- norms ---- */
 size_t fsdp_cuda_norm_backward_scratch(int N, int C); /* bytes */

@@ -397,6 +397,18 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
     norm_backward(m, m->dres, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean, a->ln1_rstd);
 }
 
+int fsdp_model_embed_grad_rows(fsdp_model *m, fsdp_row_set sets[FSDP_MAX_ROW_SETS], const void **values, int *count,
+                               int *row_len) {
+    int u = fsdp_unit_embed(m->layout);
+    sets[0] = (fsdp_row_set){unit_param(m, u, 0)->offset, m->tokens, 0, 1};
+    int n = 1;
+    if (!m->llama) sets[n++] = (fsdp_row_set){unit_param(m, u, 1)->offset, NULL, 2, m->T};
+    *values = m->dres;
+    *count = m->N;
+    *row_len = m->C;
+    return n;
+}
+
 void fsdp_model_embed_backward(fsdp_model *m, const void *embed_params, void *embed_grads) {
     (void)embed_params;
     fsdp_backend *be = m->be;

@@ -50,6 +50,13 @@ void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, c
                      void *embed_grads, float grad_scale, float *loss_sum);
 void fsdp_model_block_backward(fsdp_model *m, int layer, const void *block_params, void *block_grads);
 void fsdp_model_embed_backward(fsdp_model *m, const void *embed_params, void *embed_grads);
+/* The same gradient as rows, for a caller that reduces it without a dense buffer: after
+ * block_backward(0), entry n of the micro-batch adds *values row n (N x C, activation dtype) to the
+ * EMBED unit's rows sets[k] (element offsets within the unit): sets[0] the token embedding at
+ * tokens[n]; for OPT, sets[1] the learned position of n. Returns the number of sets; *count = N
+ * (a multiple of the sequence length), *row_len = C. Valid until the next micro-batch's tokens. */
+int fsdp_model_embed_grad_rows(fsdp_model *m, fsdp_row_set sets[FSDP_MAX_ROW_SETS], const void **values, int *count,
+                               int *row_len);
 
 /* The final-norm output [B*T, hidden] of the last forward, for tests and tools. */
 const void *fsdp_model_final_hidden(const fsdp_model *m);

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "../base/error.h"
+#include "../base/log.h"
 
 /* Shards are multiples of this many elements: 256-byte aligned fp32, and wide vector accesses. */
 #define SHARD_ALIGN 64
@@ -52,9 +53,19 @@ struct fsdp_engine {
     /* Timing events for the measured communication wait, reused every step. */
     fsdp_event **pool;
     int pool_used, pool_cap;
-    int *wait_pairs; /* (begin, end) indices into pool */
+    int *wait_pairs; /* (begin, end, what) per wait: pool indices; the unit gathered, or -1: reductions */
     int num_wait_pairs, wait_pairs_cap;
     size_t bytes;
+
+    /* Gradient rows (fsdp_engine_add_rows): every rank's rows gathered over the world. */
+    int world_size;
+    fsdp_comm *rows_comm;      /* a world communicator used on the reduce stream */
+    fsdp_comm *own_rows_comm;  /* created for it (HYBRID), else NULL: rows_comm aliases another */
+    void *rows_values;         /* world * capacity * row_len compute-dtype elements */
+    int32_t *rows_index;       /* FSDP_MAX_ROW_SETS * world * capacity */
+    size_t rows_capacity;      /* entries per rank the buffers hold */
+    fsdp_event *rows_ready, *rows_done;
+    int rows_pending;          /* rows_done recorded and not yet waited for by compute */
 };
 
 static const char *const STRATEGY_NAMES[] = {"FULL", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID"};
@@ -91,18 +102,19 @@ static fsdp_event *pool_event(fsdp_engine *e, int *index) {
 }
 
 /* Makes compute wait for `ready` (a pool event) and remembers the pair to measure the stall. */
-static void compute_waits(fsdp_engine *e, int ready_index) {
+static void compute_waits(fsdp_engine *e, int ready_index, int what) {
     int begin;
     fsdp_event *b = pool_event(e, &begin);
     e->be->event_record(e->be, b, e->be->compute);
     e->be->stream_wait_event(e->be, e->be->compute, e->pool[ready_index]);
     if (e->num_wait_pairs == e->wait_pairs_cap) {
         e->wait_pairs_cap = e->wait_pairs_cap ? 2 * e->wait_pairs_cap : 64;
-        e->wait_pairs = realloc(e->wait_pairs, (size_t)e->wait_pairs_cap * 2 * sizeof(int));
+        e->wait_pairs = realloc(e->wait_pairs, (size_t)e->wait_pairs_cap * 3 * sizeof(int));
         if (!e->wait_pairs) fsdp_fatal("out of host memory for timing events");
     }
-    e->wait_pairs[2 * e->num_wait_pairs] = begin;
-    e->wait_pairs[2 * e->num_wait_pairs + 1] = ready_index;
+    e->wait_pairs[3 * e->num_wait_pairs] = begin;
+    e->wait_pairs[3 * e->num_wait_pairs + 1] = ready_index;
+    e->wait_pairs[3 * e->num_wait_pairs + 2] = what;
     e->num_wait_pairs++;
 }
 
@@ -110,13 +122,26 @@ double fsdp_engine_take_comm_wait_ms(fsdp_engine *e) {
     for (int u = 0; u < e->num_units; u++)
         if (e->units[u].gather_event >= 0) return 0.0; /* a prefetch is still pending: measure later */
     double total = 0.0;
+    /* FSDP_VERBOSE_WAITS=1: one line per step naming every wait of 0.05 ms or more (diagnostics). */
+    static int verbose = -1;
+    if (verbose < 0) verbose = getenv("FSDP_VERBOSE_WAITS") && atoi(getenv("FSDP_VERBOSE_WAITS")) > 0;
+    char detail[2048];
+    size_t used = 0;
+    detail[0] = 0;
     for (int i = 0; i < e->num_wait_pairs; i++) {
-        fsdp_event *b = e->pool[e->wait_pairs[2 * i]], *r = e->pool[e->wait_pairs[2 * i + 1]];
+        int *w = e->wait_pairs + 3 * i;
+        fsdp_event *b = e->pool[w[0]], *r = e->pool[w[1]];
         e->be->event_synchronize(e->be, r);
         e->be->event_synchronize(e->be, b);
         float ms = e->be->event_elapsed_ms(e->be, b, r);
         if (ms > 0.0f) total += ms; /* negative: the data was there before compute asked */
+        if (verbose && ms >= 0.05f && used + 48 < sizeof detail) {
+            int n = w[2] >= 0 ? snprintf(detail + used, sizeof detail - used, " #%d gather(unit %d) %.2f", i, w[2], ms)
+                              : snprintf(detail + used, sizeof detail - used, " #%d reductions %.2f", i, ms);
+            used += n > 0 ? (size_t)n : 0;
+        }
     }
+    if (verbose) fsdp_log("comm waits (ms, rank 0, %d waits):%s\n", e->num_wait_pairs, detail);
     e->num_wait_pairs = 0;
     e->pool_used = 0;
     return total;
@@ -278,6 +303,19 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         e->norm_comm = be->comm_create(be, e->shard_mpi, "gradient norm");
     }
     if (e->replica_size > 1) e->replica_comm = be->comm_create(be, e->replica_mpi, "replica all-reduce");
+    FSDP_CHECK_MPI(MPI_Comm_size(world, &e->world_size));
+    /* Gradient rows are gathered over the whole world on the reduce stream: reuse the communicator
+     * that already spans it there, or make one (HYBRID, whose groups are both smaller). */
+    if (e->world_size > 1) {
+        if (S == e->world_size)
+            e->rows_comm = e->reduce_comm;
+        else if (e->replica_size == e->world_size)
+            e->rows_comm = e->replica_comm;
+        else
+            e->rows_comm = e->own_rows_comm = be->comm_create(be, world, "gradient rows");
+    }
+    e->rows_ready = be->event_create(be, 0);
+    e->rows_done = be->event_create(be, 0);
     if (fsdp_agree(&world, err)) {
         fsdp_engine_destroy(e);
         return NULL;
@@ -310,6 +348,11 @@ void fsdp_engine_destroy(fsdp_engine *e) {
     be->comm_destroy(be, e->reduce_comm);
     be->comm_destroy(be, e->norm_comm);
     be->comm_destroy(be, e->replica_comm);
+    be->comm_destroy(be, e->own_rows_comm);
+    if (e->rows_values) be->free(be, e->rows_values);
+    if (e->rows_index) be->free(be, e->rows_index);
+    be->event_destroy(be, e->rows_ready);
+    be->event_destroy(be, e->rows_done);
     be->stream_destroy(be, e->gather_stream);
     be->stream_destroy(be, e->reduce_stream);
     if (e->working != e->master) be->free(be, e->working);
@@ -389,6 +432,11 @@ static void prefetch(fsdp_engine *e) {
 
 void fsdp_engine_begin_microbatch(fsdp_engine *e) {
     e->cursor = 0;
+    /* The last micro-batch's gradient rows are still read on the reduce stream. */
+    if (e->rows_pending) {
+        e->be->stream_wait_event(e->be, e->be->compute, e->rows_done);
+        e->rows_pending = 0;
+    }
     if (e->shard_size > 1) prefetch(e);
 }
 
@@ -402,7 +450,7 @@ const void *fsdp_engine_params(fsdp_engine *e, int u) {
         fsdp_fatal("internal error: no free slot to gather unit %d (--max-live-units %d)", u, e->opts.max_live);
     /* Each gather is waited for once: a unit kept across uses (SHARD_GRAD_OP) is already there. */
     if (s->gather_event >= 0) {
-        compute_waits(e, s->gather_event);
+        compute_waits(e, s->gather_event, u);
         s->gather_event = -1;
     }
     prefetch(e);
@@ -453,7 +501,11 @@ void *fsdp_engine_grads(fsdp_engine *e, int u) {
 void fsdp_engine_done_backward(fsdp_engine *e, int u) {
     fsdp_backend *be = e->be;
     unit_state *s = &e->units[u];
-    FSDP_ASSERT(s->grad_slot >= 0);
+    if (s->grad_slot < 0) { /* no dense gradient this micro-batch (rows only, or already reduced) */
+        release_params(e, u);
+        if (e->shard_size > 1) prefetch(e);
+        return;
+    }
     ring *r = &e->grad_rings[s->grad_ring];
     int slot = s->grad_slot;
     char *buf = slot_ptr(r, slot, e->re);
@@ -479,6 +531,51 @@ void fsdp_engine_done_backward(fsdp_engine *e, int u) {
     if (e->shard_size > 1) prefetch(e);
 }
 
+void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int nsets, const void *values,
+                          int count, int row_len) {
+    fsdp_backend *be = e->be;
+    unit_state *s = &e->units[u];
+    if (e->opts.master_dtype != FSDP_F32)
+        fsdp_fatal("internal error: gradient rows need fp32 gradient shards (unit %d)", u);
+    if (nsets < 1 || nsets > FSDP_MAX_ROW_SETS)
+        fsdp_fatal("internal error: %d row sets for unit %d (at most %d)", nsets, u, FSDP_MAX_ROW_SETS);
+    be->event_record(be, e->rows_ready, be->compute);
+    be->stream_wait_event(be, e->reduce_stream, e->rows_ready);
+    fsdp_row_set all[FSDP_MAX_ROW_SETS];
+    memcpy(all, sets, (size_t)nsets * sizeof *sets);
+    const void *all_values = values;
+    int entries = count;
+    if (e->world_size > 1) {
+        if ((size_t)count > e->rows_capacity) { /* the first step sizes them; later steps reuse them */
+            be->stream_synchronize(be, e->reduce_stream);
+            if (e->rows_values) be->free(be, e->rows_values);
+            if (e->rows_index) be->free(be, e->rows_index);
+            size_t n = (size_t)e->world_size * (size_t)count;
+            e->rows_values = be->alloc(be, n * (size_t)row_len * e->ce, "gathered gradient rows");
+            e->rows_index = be->alloc(be, FSDP_MAX_ROW_SETS * n * sizeof(int32_t), "gathered gradient row indices");
+            e->bytes += n * (size_t)row_len * e->ce + FSDP_MAX_ROW_SETS * n * sizeof(int32_t);
+            e->rows_capacity = (size_t)count;
+        }
+        size_t n = (size_t)e->world_size * (size_t)count;
+        be->all_gather(be, e->rows_comm, values, e->rows_values, (size_t)count * (size_t)row_len,
+                       e->opts.compute_dtype, e->reduce_stream);
+        for (int k = 0; k < nsets; k++) {
+            if (!sets[k].rows) continue; /* periodic rows: entry n of every rank maps the same way */
+            int32_t *dst = e->rows_index + (size_t)k * n;
+            /* Indices travel as 4-byte words: an all-gather only moves bytes. */
+            be->all_gather(be, e->rows_comm, sets[k].rows, dst, (size_t)count, FSDP_F32, e->reduce_stream);
+            all[k].rows = dst;
+        }
+        all_values = e->rows_values;
+        entries = (int)n;
+    }
+    fsdp_shard_view v = fsdp_engine_view(e, u);
+    be->add_rows(be, v.grad, v.start, v.len, all, nsets, all_values, entries, row_len, e->reduce_stream);
+    be->event_record(be, e->rows_done, e->reduce_stream);
+    e->rows_pending = 1;
+    (void)s;
+}
+
 /* ---- optimizer step ---- */
 
 void fsdp_engine_zero_grad_shards(fsdp_engine *e) {
@@ -489,7 +586,8 @@ void fsdp_engine_wait_reductions(fsdp_engine *e) {
     int idx;
     fsdp_event *done = pool_event(e, &idx);
     e->be->event_record(e->be, done, e->reduce_stream);
-    compute_waits(e, idx);
+    compute_waits(e, idx, -1);
+    e->rows_pending = 0; /* behind the same wait */
 }
 
 void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out) {

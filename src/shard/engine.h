@@ -102,8 +102,22 @@ void fsdp_engine_done_forward(fsdp_engine *e, int unit);
  * Calling it again for the same unit before done_backward returns the same buffer. */
 void *fsdp_engine_grads(fsdp_engine *e, int unit);
 /* After the unit's backward: reduce-scatter its gradients on the reduce stream, all-reduce over
- * replicas, add into the gradient shard; release its gathered parameters. */
+ * replicas, add into the gradient shard; release its gathered parameters. A unit whose dense
+ * gradient buffer was not asked for this micro-batch (or was already reduced) only releases its
+ * parameters. */
 void fsdp_engine_done_backward(fsdp_engine *e, int unit);
+
+/* Adds gradient rows to unit u without a dense gradient buffer: for every rank's entries n < count
+ * and each row set, elements [base + row(n) * row_len, ... + row_len) of the unit get
+ * values[n * row_len ...] (compute dtype) added. Every rank's rows are gathered over the world and
+ * each rank adds those that fall in its shard (replicas add the same sum), so the traffic is
+ * world * count * row_len elements instead of a reduce-scatter of the whole unit: the cheaper way
+ * when few rows are touched (token embeddings). Runs on the reduce stream after the compute
+ * stream's work so far; `values` and the row indices must stay unchanged until the next
+ * fsdp_engine_begin_microbatch or fsdp_engine_wait_reductions. Needs fp32 master weights. A periodic
+ * row set (rows == NULL) needs count to be a multiple of its period. */
+void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int nsets, const void *values,
+                          int count, int row_len);
 
 /* ---- one optimizer step ---- */
 void fsdp_engine_zero_grad_shards(fsdp_engine *e);

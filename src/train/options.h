@@ -8,6 +8,9 @@
 #include "../kernels/op_args.h"
 #include "../shard/engine.h"
 
+/* How the token-embedding gradient is reduced (--embedding-grads). */
+typedef enum { FSDP_EMBED_GRADS_AUTO = 0, FSDP_EMBED_GRADS_DENSE = 1, FSDP_EMBED_GRADS_ROWS = 2 } fsdp_embed_grads;
+
 typedef struct {
     /* model and parallelism */
     const char *model;          /* preset name, config.json, or a directory holding one */
@@ -24,6 +27,7 @@ typedef struct {
     fsdp_dtype master_dtype, compute_dtype, reduce_dtype;
     fsdp_attn attn;
     int head_chunk;             /* tokens per LM-head chunk, 0 = automatic */
+    fsdp_embed_grads embed_grads;
     /* data */
     const char *data;           /* "synthetic" or a token file */
     int synthetic_vocab;        /* synthetic tokens are uniform in [0, synthetic_vocab) */

@@ -7,7 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/fault.h"
 #include "../base/log.h"
+#include "../base/watchdog.h"
 #include "../io/checkpoint.h"
 #include "../io/hf_config.h"
 #include "../io/json.h"
@@ -44,6 +46,18 @@ static void build_order(fsdp_trainer *t) {
     t->order_len = n;
     t->pinned = fsdp_xcalloc((size_t)t->layout.num_units, sizeof(int), "pinned units");
     if (t->cfg.tie_word_embeddings) t->pinned[fsdp_unit_embed(&t->layout)] = 1;
+}
+
+/* Rows move world x tokens x hidden activation-dtype values; dense reduces the whole token-embedding
+ * matrix in the reduce dtype. Rows win when the batch touches a small part of the vocabulary. */
+static int choose_embed_rows(const fsdp_trainer *t) {
+    const fsdp_train_options *o = &t->opt;
+    if (o->master_dtype != FSDP_F32 || o->embed_grads == FSDP_EMBED_GRADS_DENSE) return 0;
+    if (o->embed_grads == FSDP_EMBED_GRADS_ROWS) return 1;
+    double act = o->compute_dtype == FSDP_BF16 ? 2.0 : 4.0, red = o->reduce_dtype == FSDP_BF16 ? 2.0 : 4.0;
+    double rows_bytes = (double)t->topo.world * o->mbs * o->seq * act;
+    double dense_bytes = (double)t->cfg.vocab_size * red;
+    return rows_bytes <= dense_bytes / 2; /* margin for the scattered additions */
 }
 
 static int create_engine(fsdp_trainer *t, fsdp_err *err) {
@@ -93,6 +107,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     if (fsdp_agree(&t->world, err)) return -1;
 
     if (create_engine(t, err)) return -1;
+    t->embed_rows = choose_embed_rows(t);
 
     if (fsdp_data_open(&t->data, o->data, o->synthetic_vocab, t->cfg.vocab_size, o->seq, o->seed, err) == 0)
         t->data.seed = o->seed;
@@ -173,7 +188,7 @@ static int64_t load_step_data(fsdp_trainer *t, fsdp_err *err) {
         }
     }
     if (fsdp_agree(&t->world, err)) return -1;
-    FSDP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &counted, 1, MPI_INT64_T, MPI_SUM, t->world));
+    fsdp_mpi_allreduce(&counted, 1, MPI_INT64_T, MPI_SUM, t->world, "the global token count of the step");
     return counted;
 }
 
@@ -184,10 +199,11 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     const fsdp_layout *l = &t->layout;
     int L = t->cfg.num_layers, E = fsdp_unit_embed(l), H = fsdp_unit_head(l);
     size_t n = (size_t)t->opt.mbs * t->opt.seq, at = (size_t)a * n;
+    /* First: it holds the copies back until the last micro-batch's gradient rows were read. */
+    fsdp_engine_begin_microbatch(e);
     be->copy_h2d(be, fsdp_model_tokens(m), t->host_inputs + at, n * sizeof(int32_t), be->compute);
     be->copy_h2d(be, fsdp_model_targets(m), t->host_targets + at, n * sizeof(int32_t), be->compute);
 
-    fsdp_engine_begin_microbatch(e);
     const void *embed = fsdp_engine_params(e, E);
     fsdp_model_embed_forward(m, embed);
     fsdp_engine_done_forward(e, E);
@@ -196,19 +212,31 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
         fsdp_model_block_forward(m, i, fsdp_engine_params(e, u));
         fsdp_engine_done_forward(e, u);
     }
+    if (a == 0) fsdp_fault_point(t->step + 1);
     const void *head = fsdp_engine_params(e, H);
     void *head_grads = fsdp_engine_grads(e, H);
     int tied = t->cfg.tie_word_embeddings;
     fsdp_model_head(m, head, head_grads, tied ? embed : NULL, tied ? fsdp_engine_grads(e, E) : NULL, grad_scale,
                     t->dev_scalars + SCALAR_LOSS);
     fsdp_engine_done_backward(e, H);
+    /* With rows, the dense part of a tied matrix is only the head's share: reduce it now, behind the
+     * blocks' backward, instead of at the end of the micro-batch. */
+    if (t->embed_rows && tied) fsdp_engine_done_backward(e, E);
     for (int i = L - 1; i >= 0; i--) {
         int u = fsdp_unit_block(l, i);
         const void *p = fsdp_engine_params(e, u);
         fsdp_model_block_backward(m, i, p, fsdp_engine_grads(e, u));
         fsdp_engine_done_backward(e, u);
     }
-    fsdp_model_embed_backward(m, NULL, fsdp_engine_grads(e, E));
+    if (t->embed_rows) {
+        fsdp_row_set sets[FSDP_MAX_ROW_SETS];
+        const void *values;
+        int count, row_len;
+        int nsets = fsdp_model_embed_grad_rows(m, sets, &values, &count, &row_len);
+        fsdp_engine_add_rows(e, E, sets, nsets, values, count, row_len);
+    } else {
+        fsdp_model_embed_backward(m, NULL, fsdp_engine_grads(e, E));
+    }
     fsdp_engine_done_backward(e, E);
 }
 
@@ -240,7 +268,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     be->stream_synchronize(be, be->compute);
 
     double loss_sum = t->host_scalars[SCALAR_LOSS];
-    FSDP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, t->world));
+    fsdp_mpi_allreduce(&loss_sum, 1, MPI_DOUBLE, MPI_SUM, t->world, "the loss of the step");
     r->loss = counted > 0 ? loss_sum / (double)counted : 0.0;
     r->grad_norm = sqrt((double)t->host_scalars[SCALAR_SUMSQ]);
     r->lr = args.lr;
@@ -323,10 +351,11 @@ static void describe_run(fsdp_trainer *t) {
     fsdp_log("fsdp.c %s | model %s: %s, %.2f%s parameters\n", FSDP_VERSION, o->model, model,
              params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
     fsdp_log("device %s x %d ranks | strategy %s (shard group %d, replica group %d) | %s master, %s compute, %s "
-             "reduce | attention %s\n",
+             "reduce | attention %s | embedding gradient %s\n",
              t->be->device_name, t->topo.world, fsdp_strategy_name(o->strategy), fsdp_engine_shard_size(t->eng),
              fsdp_engine_replica_size(t->eng), fsdp_dtype_name(o->master_dtype), fsdp_dtype_name(o->compute_dtype),
-             fsdp_dtype_name(o->reduce_dtype), o->attn == FSDP_ATTN_FLASH ? "flash" : "eager");
+             fsdp_dtype_name(o->reduce_dtype), o->attn == FSDP_ATTN_FLASH ? "flash" : "eager",
+             t->embed_rows ? "rows" : "dense");
     fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s\n", o->mbs,
              o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world, o->seq,
              o->data ? o->data : "synthetic");

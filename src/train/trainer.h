@@ -31,6 +31,7 @@ typedef struct {
     uint64_t samples_seen; /* data position */
     int *order, order_len; /* unit visiting order of one micro-batch */
     int *pinned;
+    int embed_rows;        /* the embedding gradient goes as rows (fsdp_engine_add_rows), not dense */
 
     int32_t *host_inputs, *host_targets; /* [grad_accum][mbs*seq], pinned */
     float *dev_scalars;                  /* loss sum, grad sum of squares, clip scale */

@@ -259,6 +259,31 @@ static void test_embedding(int N, int T, int C, int V, int P, int pos_offset, in
     dfree(dtok);
 }
 
+/* The shard's part of a scatter-add of token rows and periodic (position) rows: windows aligned
+ * and unaligned to the 8-element vector path, one straddling the boundary between the two blocks. */
+static void test_add_rows(int N, int T, int C, int V, int P, int64_t window_start, int64_t window_len) {
+    const char *sz = sizef("N=%d C=%d V=%d window %lld+%lld", N, C, V, (long long)window_start, (long long)window_len);
+    char szb[96];
+    snprintf(szb, sizeof szb, "%s", sz);
+    int32_t *tok = rand_tokens(N, V), *dtok = dtokens(tok, N);
+    fsdp_row_set host_sets[2] = {{0, tok, 0, 1}, {(int64_t)V * C, NULL, 2, T}};
+    fsdp_row_set dev_sets[2] = {{0, dtok, 0, 1}, {(int64_t)V * C, NULL, 2, T}};
+    for (int ai = 0; ai < 2; ai++) {
+        fsdp_dtype act = DT[ai];
+        float *values = hrand((size_t)N * C, 1.0f, act), *dst = hrand((size_t)window_len, 2.0f, FSDP_F32);
+        void *d_values = dcopy(values, (size_t)N * C, act), *d_dst = dcopy(dst, (size_t)window_len, FSDP_F32);
+        cpu_add_rows(dst, window_start, window_len, host_sets, 2, values, N, C);
+        fsdp_cuda_add_rows(d_dst, window_start, window_len, dev_sets, 2, d_values, N, C, act, 0);
+        float *got = hget(d_dst, (size_t)window_len, FSDP_F32);
+        check("add_rows", mode1(act), szb, got, dst, (size_t)window_len, tol_for(0, 1));
+        free(got), free(values), free(dst);
+        dfree(d_values), dfree(d_dst);
+    }
+    (void)P;
+    free(tok);
+    dfree(dtok);
+}
+
 /* ---- norms --------------------------------------------------------------------------------------- */
 
 static void test_rmsnorm(int N, int C) {
@@ -698,6 +723,10 @@ static void bench(void) {
         bench_line("embedding_forward", shape, ms, nc * 2.0 * 2 + N * 4.0);
         TIME_MS(fsdp_cuda_embedding_backward(dwte, NULL, dy, dtok, 0, N, T, C, A, G, 0), ms);
         bench_line("embedding_backward", shape, ms, nc * 2.0 + nc * 4.0 * 2 + N * 4.0);
+        /* The rows path on two ranks: both ranks' rows, half of them in this rank's shard. */
+        fsdp_row_set sets[1] = {{0, dtok, 0, 1}};
+        TIME_MS(fsdp_cuda_add_rows(dwte, (int64_t)V * C / 2, (int64_t)V * C / 2, sets, 1, dy, N, C, A, 0), ms);
+        bench_line("add_rows (half window)", shape, ms, nc * 2.0 + nc * 4.0 + N * 4.0);
         free(tok);
         dfree(dtok), dfree(wte), dfree(out), dfree(dy), dfree(dwte);
     }
@@ -823,6 +852,11 @@ int main(int argc, char **argv) {
 
     /* Tiny odd sizes take the scalar fallbacks; realistic sizes the vectorised paths. */
     test_embedding(7, 5, 40, 1031, 16, 3, 1);
+    test_add_rows(10, 5, 40, 1031, 16, 0, 1031 * 40 + 16 * 40);  /* the whole unit */
+    test_add_rows(10, 5, 40, 1031, 16, 20616, 20632);             /* the second half: 8-aligned start */
+    test_add_rows(10, 5, 40, 1031, 16, 1003, 41000);              /* unaligned: element-wise edges */
+    test_add_rows(10, 5, 40, 1031, 16, 41120, 300);               /* rows of both sets around their border */
+    if (big) test_add_rows(8192, 1024, 2048, 128256, 2048, 131334144, 131334144);
     if (big) test_embedding(4096, 2048, 2048, 8192, 2048, 0, 0);
     if (big) test_embedding(4096, 1024, 2048, 512, 2048, 512, 1); /* many repeated tokens: atomics collide */
     test_rmsnorm(7, 40);

@@ -11,6 +11,8 @@
  * (scalar float atomics on older GPUs); bf16 gradients use bf16x2 atomics, which round after
  * every addition, so a row hit k times carries up to k bf16 roundings instead of one (acceptable:
  * bf16 gradients are already that coarse). */
+#include <string.h>
+
 #include "cuda_common.cuh"
 
 #define EMB_THREADS 256
@@ -121,4 +123,76 @@ extern "C" void fsdp_cuda_embedding_backward(void *dwte, void *dwpe, const void 
     emb_bwd_kernel<<<fsdp_cuda_grid(items, EMB_THREADS), EMB_THREADS, 0, s>>>(dwte, dwpe, dout, tokens, pos_offset, T,
                                                                               C, (unsigned)items, mode);
     fsdp_cuda_check_launch("embedding_backward");
+}
+
+/* ---- scatter-add of rows into one shard of a flat buffer (fp32) ---- */
+
+typedef struct {
+    fsdp_row_set sets[FSDP_MAX_ROW_SETS];
+    int nsets;
+    long long window_start, window_end;
+} add_rows_args;
+
+static __device__ __forceinline__ long long row_of(const fsdp_row_set *s, unsigned n) {
+    return s->rows ? (long long)s->rows[n] : (long long)(s->offset + (int)(n % (unsigned)s->period));
+}
+
+/* Item = (entry n, group q of E channels). A group wholly inside the window is added with one
+ * vector atomic; one that straddles a window edge (only when the window is not 8-aligned) element
+ * by element. */
+static __device__ __forceinline__ void add_rows_body(float *dst, const add_rows_args *a, const void *values, int C,
+                                                     unsigned items, int bf16, int E) {
+    unsigned groups = (unsigned)(C / E);
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < items; idx += gridDim.x * blockDim.x) {
+        unsigned q = idx % groups, n = idx / groups;
+        float v[8];
+        ldE(values, (size_t)n * groups + q, bf16, E, v);
+        for (int k = 0; k < a->nsets; k++) {
+            long long e0 = a->sets[k].base + row_of(&a->sets[k], n) * C + (long long)q * E;
+            if (e0 + E <= a->window_start || e0 >= a->window_end) continue;
+            if (e0 >= a->window_start && e0 + E <= a->window_end) {
+                atomic_addE(dst, (size_t)((e0 - a->window_start) / E), 0, E, v);
+            } else {
+                for (int e = 0; e < E; e++)
+                    if (e0 + e >= a->window_start && e0 + e < a->window_end)
+                        atomicAdd(dst + (e0 + e - a->window_start), v[e]);
+            }
+        }
+    }
+}
+
+static __global__ void add_rows_kernel(float *dst, add_rows_args a, const void *values, int C, unsigned items,
+                                       int bf16, int vec) {
+    if (bf16) {
+        if (vec)
+            add_rows_body(dst, &a, values, C, items, 1, 8);
+        else
+            add_rows_body(dst, &a, values, C, items, 1, 1);
+    } else {
+        if (vec)
+            add_rows_body(dst, &a, values, C, items, 0, 8);
+        else
+            add_rows_body(dst, &a, values, C, items, 0, 1);
+    }
+}
+
+extern "C" void fsdp_cuda_add_rows(float *dst, int64_t window_start, int64_t window_len, const fsdp_row_set *sets,
+                                   int nsets, const void *values, int N, int C, fsdp_dtype act, cudaStream_t s) {
+    if (N <= 0 || C <= 0 || window_len <= 0) return;
+    FSDP_ASSERT(nsets >= 1 && nsets <= FSDP_MAX_ROW_SETS);
+    add_rows_args a;
+    memset(&a, 0, sizeof a);
+    int vec = C % 8 == 0 && window_start % 8 == 0 && fsdp_cuda_aligned16(dst) && fsdp_cuda_aligned16(values);
+    for (int k = 0; k < nsets; k++) {
+        a.sets[k] = sets[k];
+        vec = vec && sets[k].base % 8 == 0;
+    }
+    a.nsets = nsets;
+    a.window_start = window_start;
+    a.window_end = window_start + window_len;
+    size_t items = (size_t)N * (vec ? C / 8 : C);
+    FSDP_ASSERT(items < ((size_t)1 << 31));
+    add_rows_kernel<<<fsdp_cuda_grid(items, EMB_THREADS), EMB_THREADS, 0, s>>>(dst, a, values, C, (unsigned)items,
+                                                                               act == FSDP_BF16, vec);
+    fsdp_cuda_check_launch("add_rows");
 }

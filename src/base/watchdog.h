@@ -1,0 +1,36 @@
+/* Bounded waiting: no rank waits forever for a peer that died or stopped.
+ *
+ * A rank that fails with a message aborts every rank at once (fsdp_fatal -> MPI_Abort), and a rank
+ * killed by a signal makes the launcher (mpirun, srun) stop the others. What neither covers is a
+ * peer that is alive but makes no progress (a stalled process, a hung device): the survivors would
+ * block in a collective until the job's time limit. So every wait inside the training loop polls
+ * instead of blocking, and gives up after FSDP_SYNC_TIMEOUT seconds (default 600) with a fatal
+ * error that names what it was waiting for. */
+#ifndef FSDP_BASE_WATCHDOG_H
+#define FSDP_BASE_WATCHDOG_H
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Seconds a wait may make no progress before it is fatal: FSDP_SYNC_TIMEOUT, default 600. A value
+ * that is not a positive number is fatal (naming the variable). */
+double fsdp_sync_timeout_s(void);
+
+/* Polling wait with the timeout. Spins briefly, then sleeps between polls so an oversubscribed
+ * node still makes progress. `what` completes "waiting for ...". */
+void fsdp_mpi_wait(MPI_Request *request, const char *what);
+
+/* In-place MPI_Allreduce through a non-blocking request and fsdp_mpi_wait. */
+void fsdp_mpi_allreduce(void *buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *what);
+
+/* Sleeps `us` microseconds (the polling back-off shared by the backends). */
+void fsdp_sleep_us(long us);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
