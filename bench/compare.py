@@ -177,7 +177,7 @@ def write_results(base, args, device, stamp, env, results, done):
                                        [ratio]) + " |")
     table = "\n".join(lines)
     command = " ".join(shlex.quote(a) for a in sys.argv)
-    nccl = {k: v for k, v in env.items() if k.startswith("NCCL_")}
+    nccl = {k: v for k, v in env.items() if k.startswith(("NCCL_", "FSDP_"))}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset: all)")
     with open(base + ".json", "w") as f:
         json.dump(dict(device=device, date=stamp, visible_gpus=visible, nccl_env=nccl, command=command,

@@ -192,6 +192,27 @@ static float cuda_event_elapsed_ms(fsdp_backend *be, fsdp_event *a, fsdp_event *
 
 /* ---- NCCL, bootstrapped over MPI ---- */
 
+/* FSDP_NCCL_MAX_CTAS="gather=8,reduce-scatter=16" caps the CTAs (SMs) NCCL may use for the named
+ * communicator's collectives, a per-stream NCCL_MAX_CTAS: it trades communication speed for SMs left
+ * to the overlapped compute. Returns the cap for `name`, or 0 for NCCL's default. */
+static int max_ctas_for(const char *name) {
+    const char *spec = getenv("FSDP_NCCL_MAX_CTAS");
+    if (!spec || !*spec) return 0;
+    const char *p = spec;
+    while (*p) {
+        const char *eq = strchr(p, '='), *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        char *stop = NULL;
+        long n = eq && eq < end ? strtol(eq + 1, &stop, 10) : -1;
+        if (!eq || eq > end || stop != end || n < 1 || n > 64)
+            fsdp_fatal("FSDP_NCCL_MAX_CTAS=%s: expected NAME=N[,NAME=N...] with N in 1..64 (names: gather, "
+                       "reduce-scatter, gradient rows, replica all-reduce, gradient norm)", spec);
+        if ((size_t)(eq - p) == strlen(name) && !strncmp(p, name, (size_t)(eq - p))) return (int)n;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *name) {
     cuda_impl *im = cuda_of(be);
     fsdp_comm *c = fsdp_xcalloc(1, sizeof *c, "a communicator");
@@ -201,7 +222,10 @@ static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *n
     ncclUniqueId id;
     if (c->rank == 0) FSDP_CHECK_NCCL(ncclGetUniqueId(&id));
     FSDP_CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mpi));
-    FSDP_CHECK_NCCL(ncclCommInitRank(&c->comm, c->size, id, c->rank));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    int max_ctas = max_ctas_for(name);
+    if (max_ctas > 0) config.maxCTAs = max_ctas;
+    FSDP_CHECK_NCCL(ncclCommInitRankConfig(&c->comm, c->size, id, c->rank, &config));
     c->next = im->comms;
     im->comms = c;
     return c;
