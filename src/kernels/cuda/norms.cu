@@ -34,6 +34,34 @@ static int threads_per_row(int nch, int k, int max_tpr) {
     return t > max_tpr ? 0 : t;
 }
 
+/* The forward fast path's row in registers: thread t of a row group holds chunks t, t + tpr, ... of
+ * 8 elements in storage form. */
+static __device__ __forceinline__ void load_row_chunks(fsdp_raw8 xr[FWD_K], const void *inp, size_t base, int nch,
+                                                       int t, int tpr, int valid, int bf16) {
+#pragma unroll
+    for (int k = 0; k < FWD_K; k++) {
+        int j = t + k * tpr;
+        if (valid && j < nch) xr[k] = ld_raw8(inp, base + j, bf16);
+    }
+}
+
+/* This thread's share of sum(x - shift) or, with `square`, sum((x - shift)^2) over its chunks. */
+static __device__ __forceinline__ float chunk_sum(const fsdp_raw8 xr[FWD_K], int nch, int t, int tpr, int valid,
+                                                  int bf16, float shift, int square) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < FWD_K; k++) {
+        int j = t + k * tpr;
+        if (valid && j < nch) {
+            float v[8];
+            unpack8(xr[k], bf16, v);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc += square ? (v[e] - shift) * (v[e] - shift) : v[e] - shift;
+        }
+    }
+    return acc;
+}
+
 /* ================================================================================================
  * RMSNorm
  * ================================================================================================ */
@@ -45,22 +73,8 @@ static __device__ __forceinline__ void rms_fwd_vec(void *out, float *rstd, const
     int nch = C / 8, t = threadIdx.x, tpr = blockDim.x;
     size_t base = (size_t)row * nch;
     fsdp_raw8 xr[FWD_K];
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < FWD_K; k++) {
-        int j = t + k * tpr;
-        if (valid && j < nch) xr[k] = ld_raw8(inp, base + j, bf16);
-    }
-#pragma unroll
-    for (int k = 0; k < FWD_K; k++) {
-        int j = t + k * tpr;
-        if (valid && j < nch) {
-            float v[8];
-            unpack8(xr[k], bf16, v);
-#pragma unroll
-            for (int e = 0; e < 8; e++) ss += v[e] * v[e];
-        }
-    }
+    load_row_chunks(xr, inp, base, nch, t, tpr, valid, bf16);
+    float ss = chunk_sum(xr, nch, t, tpr, valid, bf16, 0.0f, 1);
     ss = group_sum(ss, sh);
     if (!valid) return;
     float r = rsqrtf(ss / (float)C + eps);
@@ -284,35 +298,11 @@ static __device__ __forceinline__ void ln_fwd_vec(void *out, float *mean, float 
     int nch = C / 8, t = threadIdx.x, tpr = blockDim.x;
     size_t base = (size_t)row * nch;
     fsdp_raw8 xr[FWD_K];
-    float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < FWD_K; k++) {
-        int j = t + k * tpr;
-        if (valid && j < nch) xr[k] = ld_raw8(inp, base + j, bf16);
-    }
-#pragma unroll
-    for (int k = 0; k < FWD_K; k++) {
-        int j = t + k * tpr;
-        if (valid && j < nch) {
-            float v[8];
-            unpack8(xr[k], bf16, v);
-#pragma unroll
-            for (int e = 0; e < 8; e++) sum += v[e];
-        }
-    }
+    load_row_chunks(xr, inp, base, nch, t, tpr, valid, bf16);
+    float sum = chunk_sum(xr, nch, t, tpr, valid, bf16, 0.0f, 0);
     float m = group_sum(sum, sh) / (float)C;
     /* Second pass over the registers: the variance of (x - mean) has no cancellation problem. */
-    float var = 0.0f;
-#pragma unroll
-    for (int k = 0; k < FWD_K; k++) {
-        int j = t + k * tpr;
-        if (valid && j < nch) {
-            float v[8];
-            unpack8(xr[k], bf16, v);
-#pragma unroll
-            for (int e = 0; e < 8; e++) var += (v[e] - m) * (v[e] - m);
-        }
-    }
+    float var = chunk_sum(xr, nch, t, tpr, valid, bf16, m, 1);
     var = group_sum(var, sh);
     if (!valid) return;
     float r = rsqrtf(var / (float)C + eps);
