@@ -534,7 +534,6 @@ void fsdp_engine_done_backward(fsdp_engine *e, int u) {
 void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int nsets, const void *values,
                           int count, int row_len) {
     fsdp_backend *be = e->be;
-    unit_state *s = &e->units[u];
     if (e->opts.master_dtype != FSDP_F32)
         fsdp_fatal("internal error: gradient rows need fp32 gradient shards (unit %d)", u);
     if (nsets < 1 || nsets > FSDP_MAX_ROW_SETS)
@@ -573,7 +572,6 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
     be->add_rows(be, v.grad, v.start, v.len, all, nsets, all_values, entries, row_len, e->reduce_stream);
     be->event_record(be, e->rows_done, e->reduce_stream);
     e->rows_pending = 1;
-    (void)s;
 }
 
 /* ---- optimizer step ---- */

@@ -261,7 +261,7 @@ static void test_embedding(int N, int T, int C, int V, int P, int pos_offset, in
 
 /* The shard's part of a scatter-add of token rows and periodic (position) rows: windows aligned
  * and unaligned to the 8-element vector path, one straddling the boundary between the two blocks. */
-static void test_add_rows(int N, int T, int C, int V, int P, int64_t window_start, int64_t window_len) {
+static void test_add_rows(int N, int T, int C, int V, int64_t window_start, int64_t window_len) {
     const char *sz = sizef("N=%d C=%d V=%d window %lld+%lld", N, C, V, (long long)window_start, (long long)window_len);
     char szb[96];
     snprintf(szb, sizeof szb, "%s", sz);
@@ -279,7 +279,6 @@ static void test_add_rows(int N, int T, int C, int V, int P, int64_t window_star
         free(got), free(values), free(dst);
         dfree(d_values), dfree(d_dst);
     }
-    (void)P;
     free(tok);
     dfree(dtok);
 }
@@ -852,11 +851,11 @@ int main(int argc, char **argv) {
 
     /* Tiny odd sizes take the scalar fallbacks; realistic sizes the vectorised paths. */
     test_embedding(7, 5, 40, 1031, 16, 3, 1);
-    test_add_rows(10, 5, 40, 1031, 16, 0, 1031 * 40 + 16 * 40);  /* the whole unit */
-    test_add_rows(10, 5, 40, 1031, 16, 20616, 20632);             /* the second half: 8-aligned start */
-    test_add_rows(10, 5, 40, 1031, 16, 1003, 41000);              /* unaligned: element-wise edges */
-    test_add_rows(10, 5, 40, 1031, 16, 41120, 300);               /* rows of both sets around their border */
-    if (big) test_add_rows(8192, 1024, 2048, 128256, 2048, 131334144, 131334144);
+    test_add_rows(10, 5, 40, 1031, 0, 1031 * 40 + 16 * 40);  /* the whole unit */
+    test_add_rows(10, 5, 40, 1031, 20616, 20632);             /* the second half: 8-aligned start */
+    test_add_rows(10, 5, 40, 1031, 1003, 41000);              /* unaligned: element-wise edges */
+    test_add_rows(10, 5, 40, 1031, 41120, 300);               /* rows of both sets around their border */
+    if (big) test_add_rows(8192, 1024, 2048, 128256, 131334144, 131334144);
     if (big) test_embedding(4096, 2048, 2048, 8192, 2048, 0, 0);
     if (big) test_embedding(4096, 1024, 2048, 512, 2048, 512, 1); /* many repeated tokens: atomics collide */
     test_rmsnorm(7, 40);
