@@ -108,14 +108,19 @@ def run_fsdp(r, args, env, workdir):
            "--device", "cuda", "--log-every", "5", "--metrics", metrics] + r["ours"] + shlex.split(args.extra)
     rc, out = run(cmd, env, args.timeout)
     rec = dict(command=" ".join(shlex.quote(c) for c in cmd), rc=rc)
-    summary = None
+    summary, step_ms, wait_ms = None, [], []
     if os.path.exists(metrics):
         for line in open(metrics):
             obj = json.loads(line)
             if obj.get("summary"):
                 summary = obj
+            elif "step_ms" in obj:
+                step_ms.append(obj["step_ms"])
+                wait_ms.append(obj.get("comm_wait_ms", 0.0))
     if rc == 0 and summary:
         rec.update(tps=summary["tokens_per_s_per_gpu"], gib=summary["max_reserved_gib"])
+        # Per-step times (the first, untimed step included) show how much a figure varies.
+        rec.update(step_ms=step_ms, comm_wait_ms=wait_ms)
     else:
         rec["error"] = "OOM" if "out of GPU memory" in out else out.strip().splitlines()[-1][:300] if out.strip() else "failed"
         rec["tail"] = out[-2000:]

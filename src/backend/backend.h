@@ -37,6 +37,13 @@ typedef struct fsdp_stream fsdp_stream;
 typedef struct fsdp_event fsdp_event;
 typedef struct fsdp_comm fsdp_comm;
 
+/* comm_create flags */
+enum {
+    /* Run all-gathers and all-to-alls between buffers from alloc_shared on copy engines where the
+     * backend can (NCCL's zero-CTA policy): they then take no SMs from the compute they overlap. */
+    FSDP_COMM_COPY_ENGINES = 1
+};
+
 typedef struct {
     const char *kind;      /* "auto", "cpu" or "cuda" */
     fsdp_dtype act_dtype;  /* compute dtype of activations and working weights */
@@ -87,8 +94,15 @@ struct fsdp_backend {
     /* Collective over the ranks of `comm`: a communicator of the backend's own (an NCCL communicator
      * on the GPU, a duplicated MPI communicator on the CPU). Communicators used from different
      * streams concurrently must be distinct. */
-    fsdp_comm *(*comm_create)(fsdp_backend *be, MPI_Comm comm, const char *name);
+    fsdp_comm *(*comm_create)(fsdp_backend *be, MPI_Comm comm, const char *name, int flags);
     void (*comm_destroy)(fsdp_backend *be, fsdp_comm *c);
+    /* Device memory that c's collectives reach directly, like alloc otherwise. With
+     * FSDP_COMM_COPY_ENGINES on GPUs that share a node over NVLink it is a symmetric NCCL window,
+     * which lets all-gathers whose send and receive buffers both lie in such memory run on the
+     * copy engines instead of SMs. Collective over c's ranks: every rank calls it in the same order
+     * with the same size, and sends from and receives into the same offsets of it. Freed by free()
+     * (also collective then), before c is destroyed. */
+    void *(*alloc_shared)(fsdp_backend *be, fsdp_comm *c, size_t bytes, const char *what);
     /* recv[r*count .. (r+1)*count) = send of rank r. In place when send == recv + rank*count. */
     void (*all_gather)(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                        fsdp_dtype t, fsdp_stream *s);
@@ -98,6 +112,10 @@ struct fsdp_backend {
                            fsdp_dtype t, fsdp_stream *s);
     void (*all_reduce)(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t,
                        fsdp_stream *s);
+    /* recv[q*count .. (q+1)*count) = send[rank*count .. (rank+1)*count) of rank q; send and recv
+     * must not overlap. */
+    void (*all_to_all)(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
+                       fsdp_dtype t, fsdp_stream *s);
 
     /* ---- elementwise utilities (explicit stream; used by the engine and the optimizer) ---- */
     void (*cast)(fsdp_backend *be, void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t,

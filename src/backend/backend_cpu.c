@@ -189,6 +189,12 @@ static void cpu_free(fsdp_backend *be, void *ptr) {
     free(base);
 }
 
+/* Host memory is reachable by MPI as it is. */
+static void *cpu_alloc_shared(fsdp_backend *be, fsdp_comm *c, size_t bytes, const char *what) {
+    (void)c;
+    return cpu_alloc(be, bytes, what);
+}
+
 static void *cpu_alloc_host(fsdp_backend *be, size_t bytes, const char *what) { (void)be; return fsdp_xmalloc(bytes, what); }
 static void cpu_free_host(fsdp_backend *be, void *ptr) { (void)be; free(ptr); }
 
@@ -261,8 +267,8 @@ static float cpu_event_elapsed_ms(fsdp_backend *be, fsdp_event *a, fsdp_event *b
 
 /* ---- collectives ---- */
 
-static fsdp_comm *cpu_comm_create(fsdp_backend *be, MPI_Comm comm, const char *name) {
-    (void)be, (void)name;
+static fsdp_comm *cpu_comm_create(fsdp_backend *be, MPI_Comm comm, const char *name, int flags) {
+    (void)be, (void)name, (void)flags; /* MPI on the CPU has no copy engines to offer */
     fsdp_comm *c = fsdp_xcalloc(1, sizeof *c, "a communicator");
     FSDP_CHECK_MPI(MPI_Comm_dup(comm, &c->comm));
     FSDP_CHECK_MPI(MPI_Comm_rank(c->comm, &c->rank));
@@ -327,6 +333,16 @@ static void cpu_reduce_scatter(fsdp_backend *be, fsdp_comm *c, const void *send,
         start_request(s, req);
     }
     if (t == FSDP_BF16) round_task(s, recv, count);
+}
+
+static void cpu_all_to_all(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
+                           fsdp_dtype t, fsdp_stream *s) {
+    (void)be, (void)t;
+    drain(s);
+    int n = mpi_count(count);
+    MPI_Request req;
+    FSDP_CHECK_MPI(MPI_Ialltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->comm, &req));
+    start_request(s, req);
 }
 
 static void cpu_all_reduce(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t, fsdp_stream *s) {
@@ -560,6 +576,8 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->event_elapsed_ms = cpu_event_elapsed_ms;
 
     be->comm_create = cpu_comm_create;
+    be->alloc_shared = cpu_alloc_shared;
+    be->all_to_all = cpu_all_to_all;
     be->comm_destroy = cpu_comm_destroy;
     be->all_gather = cpu_all_gather;
     be->reduce_scatter = cpu_reduce_scatter;

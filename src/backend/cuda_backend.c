@@ -24,41 +24,71 @@ static size_t cuda_dtype_size(fsdp_backend *be, fsdp_dtype t) {
 }
 
 
+static void out_of_memory(fsdp_backend *be, size_t bytes, const char *what) {
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    fsdp_fatal("out of GPU memory allocating %.2f GiB for %s (%.2f GiB held by fsdp.c, %.2f GiB free of %.2f): "
+               "lower --mbs, use a sharding strategy, or more GPUs",
+               (double)bytes / (1 << 30), what, (double)be->reserved_bytes / (1 << 30), (double)free_b / (1 << 30),
+               (double)total / (1 << 30));
+}
+
+static void track(fsdp_backend *be, void *p, size_t bytes, int nccl_memory, ncclComm_t window_comm,
+                  ncclWindow_t window) {
+    FSDP_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, compute_stream(be)));
+    allocation *a = fsdp_xcalloc(1, sizeof *a, "allocation record");
+    a->ptr = p, a->bytes = bytes, a->nccl_memory = nccl_memory, a->window_comm = window_comm, a->window = window;
+    a->next = cuda_of(be)->allocations;
+    cuda_of(be)->allocations = a;
+    be->reserved_bytes += bytes;
+    if (be->reserved_bytes > be->max_reserved_bytes) be->max_reserved_bytes = be->reserved_bytes;
+}
+
 static void *cuda_alloc(fsdp_backend *be, size_t bytes, const char *what) {
     void *p = NULL;
     size_t rounded = (bytes + 255) & ~(size_t)255;
-    cudaError_t rc = cudaMalloc(&p, rounded ? rounded : 256);
-    if (rc != cudaSuccess) {
-        size_t free_b = 0, total = 0;
-        cudaMemGetInfo(&free_b, &total);
-        fsdp_fatal("out of GPU memory allocating %.2f GiB for %s (%.2f GiB held by fsdp.c, %.2f GiB free of %.2f): "
-                   "lower --mbs, use a sharding strategy, or more GPUs",
-                   (double)bytes / (1 << 30), what, (double)be->reserved_bytes / (1 << 30),
-                   (double)free_b / (1 << 30), (double)total / (1 << 30));
-    }
-    FSDP_CHECK_CUDA(cudaMemsetAsync(p, 0, rounded, compute_stream(be)));
-    allocation *a = fsdp_xmalloc(sizeof *a, "allocation record");
-    a->ptr = p, a->bytes = rounded, a->next = cuda_of(be)->allocations;
-    cuda_of(be)->allocations = a;
-    be->reserved_bytes += rounded;
-    if (be->reserved_bytes > be->max_reserved_bytes) be->max_reserved_bytes = be->reserved_bytes;
+    if (!rounded) rounded = 256;
+    if (cudaMalloc(&p, rounded) != cudaSuccess) out_of_memory(be, bytes, what);
+    track(be, p, rounded, 0, NULL, NULL);
+    return p;
+}
+
+/* ncclMemAlloc gives memory peers can map (cuMem); registering it as a symmetric window is what
+ * lets NCCL's copy-engine all-gather write straight into every peer's receive buffer. */
+static void *cuda_alloc_shared(fsdp_backend *be, fsdp_comm *c, size_t bytes, const char *what) {
+    if (!c || !c->copy_engines) return cuda_alloc(be, bytes, what);
+    size_t align = NCCL_WIN_REQUIRED_ALIGNMENT;
+    size_t rounded = (bytes + align - 1) / align * align;
+    if (!rounded) rounded = align;
+    void *p = NULL;
+    if (ncclMemAlloc(&p, rounded) != ncclSuccess) out_of_memory(be, bytes, what);
+    /* Stays NULL where NCCL has no symmetric memory (no NVLink between all ranks, several nodes). */
+    ncclWindow_t window = NULL;
+    FSDP_CHECK_NCCL(ncclCommWindowRegister(c->comm, p, rounded, &window, NCCL_WIN_COLL_SYMMETRIC));
+    track(be, p, rounded, 1, c->comm, window);
     return p;
 }
 
 static void cuda_free(fsdp_backend *be, void *ptr) {
     if (!ptr) return;
+    allocation *dead = NULL;
     for (allocation **a = &cuda_of(be)->allocations; *a; a = &(*a)->next) {
         if ((*a)->ptr == ptr) {
-            allocation *dead = *a;
+            dead = *a;
             *a = dead->next;
             be->reserved_bytes -= dead->bytes;
-            free(dead);
             break;
         }
     }
     /* Frees wait for the device anyway; make it explicit so no stream still reads the buffer. */
     FSDP_CHECK_CUDA(cudaDeviceSynchronize());
-    FSDP_CHECK_CUDA(cudaFree(ptr));
+    if (dead && dead->nccl_memory) {
+        if (dead->window) FSDP_CHECK_NCCL(ncclCommWindowDeregister(dead->window_comm, dead->window));
+        FSDP_CHECK_NCCL(ncclMemFree(ptr));
+    } else {
+        FSDP_CHECK_CUDA(cudaFree(ptr));
+    }
+    free(dead);
 }
 
 static void *cuda_alloc_host(fsdp_backend *be, size_t bytes, const char *what) {
@@ -213,7 +243,7 @@ static int max_ctas_for(const char *name) {
     return 0;
 }
 
-static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *name) {
+static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *name, int flags) {
     cuda_impl *im = cuda_of(be);
     fsdp_comm *c = fsdp_xcalloc(1, sizeof *c, "a communicator");
     FSDP_CHECK_MPI(MPI_Comm_rank(mpi, &c->rank));
@@ -225,6 +255,10 @@ static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *n
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     int max_ctas = max_ctas_for(name);
     if (max_ctas > 0) config.maxCTAs = max_ctas;
+    c->copy_engines = (flags & FSDP_COMM_COPY_ENGINES) != 0;
+    /* Only collectives between symmetric windows change: NCCL falls back to its kernels elsewhere
+     * (another node, no NVLink) whatever the policy. */
+    if (c->copy_engines) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
     FSDP_CHECK_NCCL(ncclCommInitRankConfig(&c->comm, c->size, id, c->rank, &config));
     c->next = im->comms;
     im->comms = c;
@@ -261,6 +295,12 @@ static void cuda_reduce_scatter(fsdp_backend *be, fsdp_comm *c, const void *send
 static void cuda_all_reduce(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t, fsdp_stream *s) {
     (void)be;
     FSDP_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, c->comm, s->stream));
+}
+
+static void cuda_all_to_all(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
+                            fsdp_dtype t, fsdp_stream *s) {
+    (void)be;
+    FSDP_CHECK_NCCL(ncclAlltoAll(send, recv, count, nccl_type(t), c->comm, s->stream));
 }
 
 /* ---- utilities on explicit streams ---- */
@@ -467,6 +507,8 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
 
     be->comm_create = cuda_comm_create;
     be->comm_destroy = cuda_comm_destroy;
+    be->alloc_shared = cuda_alloc_shared;
+    be->all_to_all = cuda_all_to_all;
     be->all_gather = cuda_all_gather;
     be->reduce_scatter = cuda_reduce_scatter;
     be->all_reduce = cuda_all_reduce;

@@ -43,6 +43,7 @@ struct fsdp_comm {
     ncclComm_t comm;
     char name[48];
     int rank, size;
+    int copy_engines; /* FSDP_COMM_COPY_ENGINES: zero-CTA policy, alloc_shared gives windows */
     struct fsdp_comm *next; /* all live communicators, polled for asynchronous errors */
 };
 
@@ -52,6 +53,9 @@ typedef struct matmul_cache matmul_cache;
 typedef struct allocation {
     void *ptr;
     size_t bytes;
+    int nccl_memory;        /* from ncclMemAlloc (alloc_shared) */
+    ncclComm_t window_comm; /* and registered as a window of this communicator when window is set */
+    ncclWindow_t window;
     struct allocation *next;
 } allocation;
 

@@ -30,6 +30,7 @@ struct matmul_cache {
     gemm_entry *entries;
     void *tune_scratch;
     int verbose;
+    int no_tuning; /* FSDP_GEMM_TUNE=0: cuBLASLt's first choice, untimed (for comparisons) */
 };
 
 static int alignment(const void *p) {
@@ -44,6 +45,11 @@ static cudaDataType_t cuda_type(int t) { return t == FSDP_BF16 ? CUDA_R_16BF : C
 void fsdp_cuda_matmul_init(fsdp_backend *be) {
     matmul_cache *mc = fsdp_xcalloc(1, sizeof *mc, "the matmul cache");
     mc->verbose = getenv("FSDP_VERBOSE_GEMM") != NULL;
+    const char *tune_env = getenv("FSDP_GEMM_TUNE");
+    if (tune_env && strcmp(tune_env, "0") && strcmp(tune_env, "1"))
+        fsdp_fatal("FSDP_GEMM_TUNE=%s: expected 1 (time the candidates, the default) or 0 (take cuBLASLt's first)",
+                   tune_env);
+    mc->no_tuning = tune_env && !strcmp(tune_env, "0");
     cuda_of(be)->matmuls = mc;
 }
 
@@ -199,7 +205,9 @@ static gemm_entry *lookup(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) 
     if (count == 0)
         fsdp_fatal("cuBLASLt has no algorithm for a %dx%dx%d product (%s inputs, %s output, epilogue %d)", k.m, k.n, k.k,
                    fsdp_dtype_name((fsdp_dtype)k.in_t), fsdp_dtype_name((fsdp_dtype)k.out_t), k.epilogue);
-    e->algo = res[count > 1 ? tune(be, e, g, res, count, s) : 0].algo;
+    e->algo = res[count > 1 && !mc->no_tuning ? tune(be, e, g, res, count, s) : 0].algo;
+    if (mc->verbose && (count == 1 || mc->no_tuning))
+        fprintf(stderr, "gemm m=%d n=%d k=%d: cuBLASLt's first of %d, untimed\n", k.m, k.n, k.k, count);
     e->next = mc->entries;
     mc->entries = e;
     return e;

@@ -13,6 +13,7 @@ static const char *const REDUCE[] = {"auto", "fp32", "bf16", NULL};
 static const char *const ATTN[] = {"eager", "flash", NULL};
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
+static const char *const GATHER_ENGINES[] = {"sm", "copy", NULL};
 
 static const char EPILOGUE[] =
     "Launch with mpirun or srun: every rank is one data-parallel worker (one GPU on a GPU host).\n"
@@ -26,6 +27,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     fsdp_err err = {0};
     const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
     const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
+    const char *gather_engine = "sm", *reduce_engine = "sm";
     const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL;
     int ranks_per_node = 0, prefetch = 1, max_live = 2, mbs = 4, seq = 1024, grad_accum = 1, steps = 20;
     int warmup = 0, synthetic_vocab = 1000, ckpt_every = 0, keep = 0, log_every = 1, head_chunk = 0;
@@ -94,6 +96,13 @@ int fsdp_cmd_train(int argc, char **argv) {
          0},
         {"prefetch", FSDP_ARG_INT, &prefetch, "N", "Units whose all-gather starts ahead of their use.", 0, 64, NULL,
          0},
+        {"gather-engine", FSDP_ARG_CHOICE, &gather_engine, "E",
+         "What runs the parameter all-gathers: sm = NCCL kernels on the SMs; copy = the copy engines, leaving every SM "
+         "to the compute they overlap (GPUs of one node over NVLink with NCCL 2.28 or newer; elsewhere NCCL falls "
+         "back to its kernels).", 1, 0, GATHER_ENGINES, 0},
+        {"reduce-engine", FSDP_ARG_CHOICE, &reduce_engine, "E",
+         "What runs the gradient reduce-scatters: sm = NCCL kernels; copy = an all-to-all on the copy engines and a "
+         "local sum (same GPUs and NCCL as --gather-engine copy).", 1, 0, GATHER_ENGINES, 0},
         {"max-live-units", FSDP_ARG_INT, &max_live, "N",
          "Most gathered units (and unit gradient buffers) alive at once.", 1, 1024, NULL, 0},
         {"head-chunk-tokens", FSDP_ARG_INT, &head_chunk, "N",
@@ -125,6 +134,8 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.ranks_per_node = ranks_per_node;
     o.prefetch = prefetch;
     o.max_live = max_live;
+    o.copy_engine_gathers = !strcmp(gather_engine, "copy");
+    o.copy_engine_reductions = !strcmp(reduce_engine, "copy");
     o.device = device;
     o.mbs = mbs, o.seq = seq, o.grad_accum = grad_accum, o.steps = steps;
     o.lr = lr, o.min_lr = min_lr, o.weight_decay = weight_decay, o.beta1 = beta1, o.beta2 = beta2;

@@ -65,6 +65,19 @@ struct fsdp_engine {
     int32_t *rows_index;       /* FSDP_MAX_ROW_SETS * world * capacity */
     size_t rows_capacity;      /* entries per rank the buffers hold */
     fsdp_event *rows_ready, *rows_done;
+
+    /* Copy-engine reductions: every rank's pieces of a unit's gradient land here (S * shard_len
+     * reduce-dtype elements of the largest unit reduced so far), then are summed locally. */
+    void *staging;
+    int64_t staging_elems;
+
+    /* Gradient shards are written, not zeroed and added to, by the first reduction of each unit in
+     * a step (written[u] = 0 until then); units nothing wrote are zeroed before the optimizer.
+     * direct_grads (one rank, no replicas, reduce dtype = master dtype): the backward accumulates
+     * straight into the shard, which then IS the unit's gradient, and no buffers are needed. */
+    unsigned char *written;
+    int direct_grads;
+    fsdp_event *step_begun; /* recorded on compute by fsdp_engine_zero_grad_shards */
     int rows_pending;          /* rows_done recorded and not yet waited for by compute */
 };
 
@@ -155,9 +168,11 @@ static int find_ring(ring *rings, int n, int64_t elems) {
     return -1;
 }
 
-static void ring_alloc(fsdp_engine *e, ring *r, size_t esize, const char *what) {
-    r->base = e->be->alloc(e->be, (size_t)r->capacity * (size_t)r->elems * esize, what);
-    e->bytes += (size_t)r->capacity * (size_t)r->elems * esize;
+/* `shared_with`: the communicator whose collectives write into the ring (NULL: none). */
+static void ring_alloc(fsdp_engine *e, ring *r, size_t esize, fsdp_comm *shared_with, const char *what) {
+    size_t bytes = (size_t)r->capacity * (size_t)r->elems * esize;
+    r->base = shared_with ? e->be->alloc_shared(e->be, shared_with, bytes, what) : e->be->alloc(e->be, bytes, what);
+    e->bytes += bytes;
     r->owner = fsdp_xmalloc((size_t)r->capacity * sizeof(int), what);
     r->released = fsdp_xcalloc((size_t)r->capacity, sizeof(fsdp_event *), what);
     r->released_valid = fsdp_xcalloc((size_t)r->capacity, sizeof(int), what);
@@ -262,47 +277,16 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         e->total_shard += s->shard_len;
     }
 
-    /* One allocation per class of state. */
-    size_t shard_bytes = (size_t)e->total_shard * e->me;
-    e->master = be->alloc(be, shard_bytes, "master weights");
-    e->grad = be->alloc(be, shard_bytes, "gradient shards");
-    e->m = be->alloc(be, shard_bytes, "Adam first moments");
-    e->v = be->alloc(be, shard_bytes, "Adam second moments");
-    e->bytes += 4 * shard_bytes;
-    if (opts->compute_dtype == opts->master_dtype) {
-        e->working = e->master;
-    } else {
-        e->working = be->alloc(be, (size_t)e->total_shard * e->ce, "working copy of the shards");
-        e->bytes += (size_t)e->total_shard * e->ce;
-    }
-
-    int *which = fsdp_xmalloc((size_t)num_units * sizeof(int), "unit rings");
+    /* Communicators first: the buffers gathers send from and receive into belong to the gather
+     * communicator. */
     if (S > 1) {
-        int keep_all = opts->strategy == FSDP_SHARD_GRAD_OP;
-        e->num_param_rings = build_rings(e, &e->param_rings, which, keep_all);
-        for (int u = 0; u < num_units; u++) e->units[u].param_ring = which[u];
-        for (int r = 0; r < e->num_param_rings; r++) ring_alloc(e, &e->param_rings[r], e->ce, "gathered units");
+        e->gather_comm = be->comm_create(be, e->shard_mpi, "gather",
+                                         opts->copy_engine_gathers ? FSDP_COMM_COPY_ENGINES : 0);
+        e->reduce_comm = be->comm_create(be, e->shard_mpi, "reduce-scatter",
+                                         opts->copy_engine_reductions ? FSDP_COMM_COPY_ENGINES : 0);
+        e->norm_comm = be->comm_create(be, e->shard_mpi, "gradient norm", 0);
     }
-    e->num_grad_rings = build_rings(e, &e->grad_rings, which, 0);
-    for (int u = 0; u < num_units; u++) e->units[u].grad_ring = which[u];
-    int grad_slots = 0;
-    for (int r = 0; r < e->num_grad_rings; r++) {
-        ring_alloc(e, &e->grad_rings[r], e->re, "unit gradient buffers");
-        grad_slots += e->grad_rings[r].capacity;
-    }
-    free(which);
-    e->grad_ready = fsdp_xcalloc((size_t)grad_slots, sizeof *e->grad_ready, "gradient events");
-    for (int i = 0; i < grad_slots; i++) e->grad_ready[i] = be->event_create(be, 0);
-
-    e->gather_stream = be->stream_create(be, "gather");
-    e->reduce_stream = be->stream_create(be, "reduce");
-    e->updated = be->event_create(be, 0);
-    if (S > 1) {
-        e->gather_comm = be->comm_create(be, e->shard_mpi, "gather");
-        e->reduce_comm = be->comm_create(be, e->shard_mpi, "reduce-scatter");
-        e->norm_comm = be->comm_create(be, e->shard_mpi, "gradient norm");
-    }
-    if (e->replica_size > 1) e->replica_comm = be->comm_create(be, e->replica_mpi, "replica all-reduce");
+    if (e->replica_size > 1) e->replica_comm = be->comm_create(be, e->replica_mpi, "replica all-reduce", 0);
     FSDP_CHECK_MPI(MPI_Comm_size(world, &e->world_size));
     /* Gradient rows are gathered over the whole world on the reduce stream: reuse the communicator
      * that already spans it there, or make one (HYBRID, whose groups are both smaller). */
@@ -312,8 +296,51 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         else if (e->replica_size == e->world_size)
             e->rows_comm = e->replica_comm;
         else
-            e->rows_comm = e->own_rows_comm = be->comm_create(be, world, "gradient rows");
+            e->rows_comm = e->own_rows_comm = be->comm_create(be, world, "gradient rows", 0);
     }
+
+    /* One allocation per class of state. */
+    size_t shard_bytes = (size_t)e->total_shard * e->me;
+    int aliased = opts->compute_dtype == opts->master_dtype;
+    e->master = aliased ? be->alloc_shared(be, e->gather_comm, shard_bytes, "master weights")
+                        : be->alloc(be, shard_bytes, "master weights");
+    e->grad = be->alloc(be, shard_bytes, "gradient shards");
+    e->m = be->alloc(be, shard_bytes, "Adam first moments");
+    e->v = be->alloc(be, shard_bytes, "Adam second moments");
+    e->bytes += 4 * shard_bytes;
+    if (aliased) {
+        e->working = e->master;
+    } else {
+        e->working = be->alloc_shared(be, e->gather_comm, (size_t)e->total_shard * e->ce, "working copy of the shards");
+        e->bytes += (size_t)e->total_shard * e->ce;
+    }
+
+    int *which = fsdp_xmalloc((size_t)num_units * sizeof(int), "unit rings");
+    if (S > 1) {
+        int keep_all = opts->strategy == FSDP_SHARD_GRAD_OP;
+        e->num_param_rings = build_rings(e, &e->param_rings, which, keep_all);
+        for (int u = 0; u < num_units; u++) e->units[u].param_ring = which[u];
+        for (int r = 0; r < e->num_param_rings; r++)
+            ring_alloc(e, &e->param_rings[r], e->ce, e->gather_comm, "gathered units");
+    }
+    e->direct_grads = S == 1 && e->replica_size == 1 && opts->reduce_dtype == opts->master_dtype;
+    e->written = fsdp_xcalloc((size_t)num_units, 1, "gradient shard flags");
+    e->step_begun = be->event_create(be, 0);
+    e->num_grad_rings = e->direct_grads ? 0 : build_rings(e, &e->grad_rings, which, 0);
+    for (int u = 0; u < num_units; u++) e->units[u].grad_ring = e->direct_grads ? -1 : which[u];
+    int grad_slots = 0;
+    for (int r = 0; r < e->num_grad_rings; r++) {
+        ring_alloc(e, &e->grad_rings[r], e->re, opts->copy_engine_reductions ? e->reduce_comm : NULL,
+                   "unit gradient buffers");
+        grad_slots += e->grad_rings[r].capacity;
+    }
+    free(which);
+    e->grad_ready = fsdp_xcalloc((size_t)grad_slots, sizeof *e->grad_ready, "gradient events");
+    for (int i = 0; i < grad_slots; i++) e->grad_ready[i] = be->event_create(be, 0);
+
+    e->gather_stream = be->stream_create(be, "gather");
+    e->reduce_stream = be->stream_create(be, "reduce");
+    e->updated = be->event_create(be, 0);
     e->rows_ready = be->event_create(be, 0);
     e->rows_done = be->event_create(be, 0);
     if (fsdp_agree(&world, err)) {
@@ -344,22 +371,26 @@ void fsdp_engine_destroy(fsdp_engine *e) {
     for (int i = 0; i < grad_slots; i++) be->event_destroy(be, e->grad_ready[i]);
     for (int i = 0; i < e->pool_cap; i++) be->event_destroy(be, e->pool[i]);
     be->event_destroy(be, e->updated);
-    be->comm_destroy(be, e->gather_comm);
-    be->comm_destroy(be, e->reduce_comm);
-    be->comm_destroy(be, e->norm_comm);
-    be->comm_destroy(be, e->replica_comm);
-    be->comm_destroy(be, e->own_rows_comm);
+    be->event_destroy(be, e->step_begun);
+    free(e->written);
     if (e->rows_values) be->free(be, e->rows_values);
     if (e->rows_index) be->free(be, e->rows_index);
     be->event_destroy(be, e->rows_ready);
     be->event_destroy(be, e->rows_done);
     be->stream_destroy(be, e->gather_stream);
     be->stream_destroy(be, e->reduce_stream);
+    if (e->staging) be->free(be, e->staging);
     if (e->working != e->master) be->free(be, e->working);
     be->free(be, e->master);
     be->free(be, e->grad);
     be->free(be, e->m);
     be->free(be, e->v);
+    /* After the memory that alloc_shared gave for them. */
+    be->comm_destroy(be, e->gather_comm);
+    be->comm_destroy(be, e->reduce_comm);
+    be->comm_destroy(be, e->norm_comm);
+    be->comm_destroy(be, e->replica_comm);
+    be->comm_destroy(be, e->own_rows_comm);
     MPI_Comm_free(&e->shard_mpi);
     MPI_Comm_free(&e->replica_mpi);
     free(e->param_rings);
@@ -482,9 +513,22 @@ static int grad_slot_index(const fsdp_engine *e, int ring_index, int slot) {
     return base + slot;
 }
 
+/* grad_slot of a unit whose backward writes straight into its gradient shard (direct_grads). */
+#define DIRECT_SLOT (-2)
+
+static void *grad_shard_of(const fsdp_engine *e, const unit_state *s) {
+    return (char *)e->grad + (size_t)s->offset * e->me;
+}
+
 void *fsdp_engine_grads(fsdp_engine *e, int u) {
     fsdp_backend *be = e->be;
     unit_state *s = &e->units[u];
+    if (e->direct_grads) {
+        if (!e->written[u]) be->zero(be, grad_shard_of(e, s), (size_t)s->shard_len * e->me, be->compute);
+        e->written[u] = 1;
+        s->grad_slot = DIRECT_SLOT;
+        return grad_shard_of(e, s);
+    }
     ring *r = &e->grad_rings[s->grad_ring];
     if (s->grad_slot < 0) {
         int slot = free_slot(r);
@@ -498,9 +542,34 @@ void *fsdp_engine_grads(fsdp_engine *e, int u) {
     return slot_ptr(r, s->grad_slot, e->re);
 }
 
+/* The reduce-scatter of a unit's gradient buffer `buf` as an all-to-all into the staging buffer and
+ * a local sum, on the reduce stream; returns where this rank's summed piece is. */
+static char *reduce_scatter_on_copy_engines(fsdp_engine *e, const unit_state *s, char *buf) {
+    fsdp_backend *be = e->be;
+    int64_t need = (int64_t)e->shard_size * s->shard_len;
+    if (need > e->staging_elems) { /* the first step sizes it (collectively: every rank reduces the same units) */
+        be->stream_synchronize(be, e->reduce_stream);
+        if (e->staging) {
+            be->free(be, e->staging);
+            e->bytes -= (size_t)e->staging_elems * e->re;
+        }
+        e->staging = be->alloc_shared(be, e->reduce_comm, (size_t)need * e->re, "gradient staging buffer");
+        e->staging_elems = need;
+        e->bytes += (size_t)need * e->re;
+    }
+    size_t piece = (size_t)s->shard_len * e->re;
+    char *stage = e->staging;
+    be->all_to_all(be, e->reduce_comm, buf, stage, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
+    for (int q = 1; q < e->shard_size; q++)
+        be->accumulate(be, stage, e->opts.reduce_dtype, stage + (size_t)q * piece, e->opts.reduce_dtype,
+                       (size_t)s->shard_len, e->reduce_stream);
+    return stage;
+}
+
 void fsdp_engine_done_backward(fsdp_engine *e, int u) {
     fsdp_backend *be = e->be;
     unit_state *s = &e->units[u];
+    if (s->grad_slot == DIRECT_SLOT) s->grad_slot = -1; /* already in its shard */
     if (s->grad_slot < 0) { /* no dense gradient this micro-batch (rows only, or already reduced) */
         release_params(e, u);
         if (e->shard_size > 1) prefetch(e);
@@ -513,16 +582,29 @@ void fsdp_engine_done_backward(fsdp_engine *e, int u) {
 
     be->event_record(be, ready, be->compute);
     be->stream_wait_event(be, e->reduce_stream, ready);
-    char *mine = buf;
-    if (e->shard_size > 1) {
-        mine = buf + (size_t)e->shard_rank * (size_t)s->shard_len * e->re;
-        be->reduce_scatter(be, e->reduce_comm, buf, mine, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
+    void *grad_shard = grad_shard_of(e, s);
+    size_t n = (size_t)s->shard_len;
+    fsdp_dtype rt = e->opts.reduce_dtype, mt = e->opts.master_dtype;
+    int first = !e->written[u];
+    e->written[u] = 1;
+    if (first && e->shard_size > 1 && !e->opts.copy_engine_reductions && rt == mt) {
+        /* The first reduction of the step lands in the shard itself: no add, no zeroing. */
+        be->reduce_scatter(be, e->reduce_comm, buf, grad_shard, n, rt, e->reduce_stream);
+        if (e->replica_size > 1) be->all_reduce(be, e->replica_comm, grad_shard, n, rt, e->reduce_stream);
+    } else {
+        char *mine = buf;
+        if (e->shard_size > 1 && e->opts.copy_engine_reductions) {
+            mine = reduce_scatter_on_copy_engines(e, s, buf);
+        } else if (e->shard_size > 1) {
+            mine = buf + (size_t)e->shard_rank * n * e->re;
+            be->reduce_scatter(be, e->reduce_comm, buf, mine, n, rt, e->reduce_stream);
+        }
+        if (e->replica_size > 1) be->all_reduce(be, e->replica_comm, mine, n, rt, e->reduce_stream);
+        if (first)
+            be->cast(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
+        else
+            be->accumulate(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
     }
-    if (e->replica_size > 1)
-        be->all_reduce(be, e->replica_comm, mine, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
-    void *grad_shard = (char *)e->grad + (size_t)s->offset * e->me;
-    be->accumulate(be, grad_shard, e->opts.master_dtype, mine, e->opts.reduce_dtype, (size_t)s->shard_len,
-                   e->reduce_stream);
     be->event_record(be, r->released[slot], e->reduce_stream);
     r->released_valid[slot] = 1;
     r->owner[slot] = -1;
@@ -540,6 +622,10 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
         fsdp_fatal("internal error: %d row sets for unit %d (at most %d)", nsets, u, FSDP_MAX_ROW_SETS);
     be->event_record(be, e->rows_ready, be->compute);
     be->stream_wait_event(be, e->reduce_stream, e->rows_ready);
+    if (!e->written[u]) { /* rows are added: the shard needs its zeros first */
+        be->zero(be, grad_shard_of(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
+        e->written[u] = 1;
+    }
     fsdp_row_set all[FSDP_MAX_ROW_SETS];
     memcpy(all, sets, (size_t)nsets * sizeof *sets);
     const void *all_values = values;
@@ -577,10 +663,20 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
 /* ---- optimizer step ---- */
 
 void fsdp_engine_zero_grad_shards(fsdp_engine *e) {
-    e->be->zero(e->be, e->grad, (size_t)e->total_shard * e->me, e->be->compute);
+    /* Lazily: each unit's first gradient overwrites its shard, the rest are zeroed at the end. */
+    memset(e->written, 0, (size_t)e->num_units);
+    e->be->event_record(e->be, e->step_begun, e->be->compute);
 }
 
 void fsdp_engine_wait_reductions(fsdp_engine *e) {
+    fsdp_backend *be = e->be;
+    /* Not after the last step's optimizer, which read these shards on the compute stream. */
+    be->stream_wait_event(be, e->reduce_stream, e->step_begun);
+    for (int u = 0; u < e->num_units; u++) {
+        if (e->written[u]) continue;
+        be->zero(be, grad_shard_of(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
+        e->written[u] = 1;
+    }
     int idx;
     fsdp_event *done = pool_event(e, &idx);
     e->be->event_record(e->be, done, e->reduce_stream);

@@ -18,6 +18,11 @@
  * full-unit gradient buffers in the reduce dtype (rings of max_live slots). With S == 1 the
  * compute copy of the shard IS the full working copy and nothing is gathered.
  *
+ * The gathered units and the compute-dtype shard they are gathered from are allocated through the
+ * gather communicator (alloc_shared), so that with copy_engine_gathers the all-gathers can run on
+ * copy engines and leave every SM to the compute they overlap; likewise the unit gradient buffers
+ * and a staging buffer through the reduce communicator with copy_engine_reductions.
+ *
  * Ordering: gathers run on a gather stream, reductions on a reduce stream, each with its own
  * communicator; compute waits on events only. Calls must follow the visiting order given at
  * creation (one micro-batch), which is also what drives prefetching. */
@@ -62,6 +67,10 @@ typedef struct {
     const int *order;      /* units as the trainer visits them for parameters in one micro-batch */
     int order_len;
     const int *pinned;     /* per unit: 1 = once gathered, keep until its backward is done */
+    int copy_engine_gathers; /* 1: gathers on copy engines where the backend can (FSDP_COMM_COPY_ENGINES) */
+    /* 1: reduce-scatters as an all-to-all on copy engines plus a local sum of the S pieces (the sum
+     * is a short full-width kernel instead of NCCL kernels that hold SMs for the whole transfer). */
+    int copy_engine_reductions;
 } fsdp_shard_options;
 
 typedef struct fsdp_engine fsdp_engine;

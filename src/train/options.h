@@ -17,6 +17,8 @@ typedef struct {
     fsdp_strategy strategy;
     int ranks_per_node;         /* 0: physical nodes */
     int prefetch, max_live;
+    int copy_engine_gathers;    /* --gather-engine copy */
+    int copy_engine_reductions; /* --reduce-engine copy */
     const char *device;         /* auto, cpu, cuda */
     /* batch and schedule */
     int mbs, seq, grad_accum, steps;

@@ -15,6 +15,12 @@
 #include "../io/json.h"
 #include "optimizer.h"
 
+/* Where a step's time goes, from events on the compute stream (waits for communication included):
+ * the first micro-batch's forward through the blocks, LM head (loss and its backward), backward
+ * through the blocks and embedding; the remaining micro-batches with the last reductions; the
+ * optimizer. */
+enum { PHASE_START, PHASE_FORWARD, PHASE_HEAD, PHASE_BACKWARD, PHASE_REDUCED, PHASE_OPTIMIZER, PHASES };
+
 enum { SCALAR_LOSS = 0, SCALAR_SUMSQ = 1, SCALAR_CLIP = 2, NUM_SCALARS = 4 };
 
 /* ---- set-up ---- */
@@ -71,6 +77,8 @@ static int create_engine(fsdp_trainer *t, fsdp_err *err) {
     so.strategy = t->opt.strategy;
     so.prefetch = t->opt.prefetch;
     so.max_live = t->opt.max_live;
+    so.copy_engine_gathers = t->opt.copy_engine_gathers;
+    so.copy_engine_reductions = t->opt.copy_engine_reductions;
     so.master_dtype = t->opt.master_dtype;
     so.compute_dtype = t->opt.compute_dtype;
     so.reduce_dtype = t->opt.reduce_dtype;
@@ -118,6 +126,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     t->host_targets = t->be->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
     t->dev_scalars = t->be->alloc(t->be, NUM_SCALARS * sizeof(float), "step scalars");
     t->host_scalars = t->be->alloc_host(t->be, NUM_SCALARS * sizeof(float), "step scalars");
+    for (int i = 0; i < PHASES; i++) t->phase[i] = t->be->event_create(t->be, 1);
     t->sched.lr = o->lr;
     t->sched.min_lr = o->min_lr;
     t->sched.warmup = o->warmup;
@@ -136,6 +145,8 @@ static void teardown(fsdp_trainer *t) {
         if (t->host_targets) t->be->free_host(t->be, t->host_targets);
         if (t->host_scalars) t->be->free_host(t->be, t->host_scalars);
         if (t->dev_scalars) t->be->free(t->be, t->dev_scalars);
+        for (int i = 0; i < PHASES; i++)
+            if (t->phase[i]) t->be->event_destroy(t->be, t->phase[i]);
         t->be->destroy(t->be);
     }
     fsdp_layout_free(&t->layout);
@@ -192,6 +203,10 @@ static int64_t load_step_data(fsdp_trainer *t, fsdp_err *err) {
     return counted;
 }
 
+static void mark(fsdp_trainer *t, int a, int phase) {
+    if (a == 0) t->be->event_record(t->be, t->phase[phase], t->be->compute);
+}
+
 static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     fsdp_backend *be = t->be;
     fsdp_engine *e = t->eng;
@@ -213,6 +228,7 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
         fsdp_engine_done_forward(e, u);
     }
     if (a == 0) fsdp_fault_point(t->step + 1);
+    mark(t, a, PHASE_FORWARD);
     const void *head = fsdp_engine_params(e, H);
     void *head_grads = fsdp_engine_grads(e, H);
     int tied = t->cfg.tie_word_embeddings;
@@ -222,6 +238,7 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     /* With rows, the dense part of a tied matrix is only the head's share: reduce it now, behind the
      * blocks' backward, instead of at the end of the micro-batch. */
     if (t->embed_rows && tied) fsdp_engine_done_backward(e, E);
+    mark(t, a, PHASE_HEAD);
     for (int i = L - 1; i >= 0; i--) {
         int u = fsdp_unit_block(l, i);
         const void *p = fsdp_engine_params(e, u);
@@ -238,10 +255,12 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
         fsdp_model_embed_backward(m, NULL, fsdp_engine_grads(e, E));
     }
     fsdp_engine_done_backward(e, E);
+    mark(t, a, PHASE_BACKWARD);
 }
 
 typedef struct {
     double loss, grad_norm, lr, step_ms, comm_wait_ms;
+    double phase_ms[PHASES - 1]; /* between consecutive PHASE_* events */
 } step_result;
 
 static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
@@ -254,8 +273,10 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
 
     be->zero(be, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
     fsdp_engine_zero_grad_shards(t->eng);
+    mark(t, 0, PHASE_START);
     for (int a = 0; a < o->grad_accum; a++) microbatch(t, a, grad_scale);
     fsdp_engine_wait_reductions(t->eng);
+    mark(t, 0, PHASE_REDUCED);
     r->comm_wait_ms = fsdp_engine_take_comm_wait_ms(t->eng);
 
     int step = t->step + 1;
@@ -264,8 +285,10 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     fsdp_optimizer_scalars sc = {t->dev_scalars + SCALAR_SUMSQ, t->dev_scalars + SCALAR_CLIP};
     fsdp_optimizer_step(be, t->eng, t->layout.num_units, o->master_dtype, o->compute_dtype, &args, (float)o->clip,
                         &sc);
+    mark(t, 0, PHASE_OPTIMIZER);
     be->copy_d2h(be, t->host_scalars, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
     be->stream_synchronize(be, be->compute);
+    for (int i = 0; i + 1 < PHASES; i++) r->phase_ms[i] = be->event_elapsed_ms(be, t->phase[i], t->phase[i + 1]);
 
     double loss_sum = t->host_scalars[SCALAR_LOSS];
     fsdp_mpi_allreduce(&loss_sum, 1, MPI_DOUBLE, MPI_SUM, t->world, "the loss of the step");
@@ -300,11 +323,13 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
                  r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eta);
     }
     if (t->metrics) {
-        char line[512];
+        char line[768];
+        const double *p = r->phase_ms;
         snprintf(line, sizeof line,
                  "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s_per_gpu\": %.3f, "
-                 "\"step_ms\": %.3f, \"comm_wait_ms\": %.3f, \"samples_seen\": %llu}",
-                 t->step, r->loss, r->lr, r->grad_norm, tps, r->step_ms, r->comm_wait_ms,
+                 "\"step_ms\": %.3f, \"comm_wait_ms\": %.3f, \"forward_ms\": %.3f, \"head_ms\": %.3f, "
+                 "\"backward_ms\": %.3f, \"rest_ms\": %.3f, \"optimizer_ms\": %.3f, \"samples_seen\": %llu}",
+                 t->step, r->loss, r->lr, r->grad_norm, tps, r->step_ms, r->comm_wait_ms, p[0], p[1], p[2], p[3], p[4],
                  (unsigned long long)t->samples_seen);
         fsdp_metrics_write(t->metrics, line, err);
     }

@@ -36,6 +36,8 @@ typedef struct {
     int32_t *host_inputs, *host_targets; /* [grad_accum][mbs*seq], pinned */
     float *dev_scalars;                  /* loss sum, grad sum of squares, clip scale */
     float *host_scalars;
+    /* Timing events on the compute stream at the phases of a step (PHASE_* in trainer.c). */
+    fsdp_event *phase[6]; /* PHASES */
 } fsdp_trainer;
 
 /* Runs `fsdp train` to the end. Returns 0, or -1 with err set (already agreed across ranks). */

@@ -1,6 +1,8 @@
 """On two GPUs, FULL, SHARD_GRAD_OP, NO_SHARD and HYBRID (two emulated nodes of one GPU) train the same
 model as one GPU: the same losses over 10 steps (fp32 within 1e-4, bf16 mixed precision within 2e-3),
-and a checkpoint written on the GPUs matches one written on the CPU backend after the same steps.
+FULL and SHARD_GRAD_OP also with their collectives on copy engines (--gather-engine copy
+--reduce-engine copy); and a checkpoint written on the GPUs matches one written on the CPU backend
+after the same steps.
 Skipped (exit 77) without two GPUs and the CUDA backend."""
 import os
 import sys
@@ -28,9 +30,12 @@ def train(n, strategy, precision, tag, device="cuda", extra=()):
 for label, precision, tol in (("fp32", ["--model-precision", "fp32", "--mixed-precision", "no"], 1e-4),
                               ("bf16", [], 2e-3)):
     ref, ref_ckpt = train(1, "FULL", precision, label + "-1")
-    for strategy, extra in (("FULL", ()), ("SHARD_GRAD_OP", ()), ("NO_SHARD", ()), ("HYBRID", ("--ranks-per-node", "1"))):
-        steps, _ = train(2, strategy, precision, "%s-2-%s" % (label, strategy), extra=extra)
-        t.compare_losses(steps, ref, tol, "%s 2 GPUs %s vs 1 GPU" % (label, strategy))
+    copy = ("--gather-engine", "copy", "--reduce-engine", "copy")
+    for strategy, extra in (("FULL", ()), ("SHARD_GRAD_OP", ()), ("NO_SHARD", ()), ("HYBRID", ("--ranks-per-node", "1")),
+                            ("FULL", copy), ("SHARD_GRAD_OP", copy)):
+        name = strategy + (" (copy engines)" if extra == copy else "")
+        steps, _ = train(2, strategy, precision, "%s-2-%s-%d" % (label, strategy, len(extra)), extra=extra)
+        t.compare_losses(steps, ref, tol, "%s 2 GPUs %s vs 1 GPU" % (label, name))
     if label == "fp32":
         cpu, cpu_ckpt = train(2, "FULL", precision, "fp32-cpu", device="cpu")
         t.compare_losses(ref, cpu, 1e-4, "fp32 1 GPU vs 2 CPU ranks")
