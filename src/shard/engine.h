@@ -107,11 +107,14 @@ void fsdp_engine_begin_microbatch(fsdp_engine *e);
 const void *fsdp_engine_params(fsdp_engine *e, int unit);
 /* After the unit's forward: reshard (FULL, HYBRID) unless pinned. */
 void fsdp_engine_done_forward(fsdp_engine *e, int unit);
-/* A zeroed full-unit gradient buffer (reduce dtype) for the unit, ready on the compute stream.
- * Calling it again for the same unit before done_backward returns the same buffer. */
+/* A full-unit gradient buffer (reduce dtype) for the unit's backward to accumulate into, ready on
+ * the compute stream: zeroed, or, with one rank and no replicas and reduce dtype = master dtype,
+ * the unit's gradient shard itself, already holding this step's earlier micro-batches. Calling it
+ * again for the same unit before done_backward returns the same buffer. */
 void *fsdp_engine_grads(fsdp_engine *e, int unit);
 /* After the unit's backward: reduce-scatter its gradients on the reduce stream, all-reduce over
- * replicas, add into the gradient shard; release its gathered parameters. A unit whose dense
+ * replicas, into the gradient shard (written by the step's first, added by later micro-batches);
+ * release its gathered parameters. A unit whose dense
  * gradient buffer was not asked for this micro-batch (or was already reduced) only releases its
  * parameters. */
 void fsdp_engine_done_backward(fsdp_engine *e, int unit);
@@ -129,8 +132,10 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
                           int count, int row_len);
 
 /* ---- one optimizer step ---- */
+/* Starts a step's gradients: every unit's shard is overwritten by its first gradient of the step. */
 void fsdp_engine_zero_grad_shards(fsdp_engine *e);
-/* Makes the compute stream wait for every reduction of the step. */
+/* Zeroes the shards of units that got no gradient this step and makes the compute stream wait for
+ * every reduction of the step. */
 void fsdp_engine_wait_reductions(fsdp_engine *e);
 /* *out (device fp32) = global sum of squares of the gradient shards, summed over the shard group
  * (replicas hold the same values and are not counted twice). On the compute stream. */
