@@ -65,6 +65,7 @@ struct fsdp_engine {
     int32_t *rows_index;       /* FSDP_MAX_ROW_SETS * world * capacity */
     size_t rows_capacity;      /* entries per rank the buffers hold */
     fsdp_event *rows_ready, *rows_done;
+    int rows_pending;          /* rows_done recorded and not yet waited for by compute */
 
     /* Copy-engine reductions: every rank's pieces of a unit's gradient land here (S * shard_len
      * reduce-dtype elements of the largest unit reduced so far), then are summed locally. */
@@ -77,8 +78,7 @@ struct fsdp_engine {
      * straight into the shard, which then IS the unit's gradient, and no buffers are needed. */
     unsigned char *written;
     int direct_grads;
-    fsdp_event *step_begun; /* recorded on compute by fsdp_engine_zero_grad_shards */
-    int rows_pending;          /* rows_done recorded and not yet waited for by compute */
+    fsdp_event *step_begun; /* recorded on compute by fsdp_engine_begin_step */
 };
 
 static const char *const STRATEGY_NAMES[] = {"FULL", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID"};
@@ -662,7 +662,7 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
 
 /* ---- optimizer step ---- */
 
-void fsdp_engine_zero_grad_shards(fsdp_engine *e) {
+void fsdp_engine_begin_step(fsdp_engine *e) {
     /* Lazily: each unit's first gradient overwrites its shard, the rest are zeroed at the end. */
     memset(e->written, 0, (size_t)e->num_units);
     e->be->event_record(e->be, e->step_begun, e->be->compute);
@@ -670,7 +670,7 @@ void fsdp_engine_zero_grad_shards(fsdp_engine *e) {
 
 void fsdp_engine_wait_reductions(fsdp_engine *e) {
     fsdp_backend *be = e->be;
-    /* Not after the last step's optimizer, which read these shards on the compute stream. */
+    /* Only once the last step's optimizer, which read these shards on the compute stream, is done. */
     be->stream_wait_event(be, e->reduce_stream, e->step_begun);
     for (int u = 0; u < e->num_units; u++) {
         if (e->written[u]) continue;

@@ -133,7 +133,7 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
 
 /* ---- one optimizer step ---- */
 /* Starts a step's gradients: every unit's shard is overwritten by its first gradient of the step. */
-void fsdp_engine_zero_grad_shards(fsdp_engine *e);
+void fsdp_engine_begin_step(fsdp_engine *e);
 /* Zeroes the shards of units that got no gradient this step and makes the compute stream wait for
  * every reduction of the step. */
 void fsdp_engine_wait_reductions(fsdp_engine *e);

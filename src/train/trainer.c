@@ -272,7 +272,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
 
     be->zero(be, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
-    fsdp_engine_zero_grad_shards(t->eng);
+    fsdp_engine_begin_step(t->eng);
     mark(t, 0, PHASE_START);
     for (int a = 0; a < o->grad_accum; a++) microbatch(t, a, grad_scale);
     fsdp_engine_wait_reductions(t->eng);
