@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build openmpi-bin libopenmpi-dev libhdf5-openmpi-dev)
+packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev libjansson-dev
+          libpcre2-dev)
 if [ "${1:-}" = "--tests" ]; then
   packages+=(python3-torch python3-h5py python3-numpy)
 fi
