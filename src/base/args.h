@@ -48,7 +48,5 @@ int fsdp_args_parse(fsdp_arg_spec *spec, int argc, char **argv, FILE *help_out, 
 void fsdp_args_print_help(const fsdp_arg_spec *spec, FILE *out);
 /* The flag named `name` in the spec (NULL if none): lets callers ask whether a flag was given. */
 const fsdp_arg *fsdp_args_find(const fsdp_arg_spec *spec, const char *name);
-/* Writes the values of all flags as a JSON object (for checkpoints and metrics): {"mbs": 4, ...}. */
-int fsdp_args_to_json(const fsdp_arg_spec *spec, char *buf, size_t cap);
 
 #endif

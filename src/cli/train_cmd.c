@@ -1,9 +1,11 @@
 /* `fsdp train`: flags -> fsdp_train_options -> the training loop. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../base/args.h"
 #include "../base/error.h"
+#include "../io/jsonio.h"
 #include "../train/trainer.h"
 #include "commands.h"
 
@@ -157,9 +159,13 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.synthetic_vocab = synthetic_vocab;
     o.ckpt_dir = ckpt_dir, o.ckpt_every = ckpt_every, o.keep = keep, o.resume = resume;
     o.metrics = metrics, o.log_every = log_every;
-    static char run_json[8192];
-    if (fsdp_args_to_json(&spec, run_json, sizeof run_json) > 0) o.run_json = run_json;
+    json_t *run_record = fsdp_json_from_args(&spec);
+    char *run_json = fsdp_json_text(run_record, 0, 17);
+    json_decref(run_record);
+    o.run_json = run_json;
 
-    if (fsdp_train(&o, &err)) fsdp_exit_error(&err, 0);
+    int rc_train = fsdp_train(&o, &err);
+    free(run_json);
+    if (rc_train) fsdp_exit_error(&err, 0);
     return 0;
 }

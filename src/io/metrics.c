@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonio.h"
+
 struct fsdp_metrics {
     FILE *fp;
     char path[1024];
@@ -23,12 +25,14 @@ fsdp_metrics *fsdp_metrics_open(const char *path, int append, fsdp_err *err) {
     return m;
 }
 
-int fsdp_metrics_write(fsdp_metrics *m, const char *json_object, fsdp_err *err) {
-    /* A newline inside would split the record and break every JSON Lines reader. */
-    if (strchr(json_object, '\n')) return fsdp_errf(err, "%s: metrics record contains a newline", m->path);
+int fsdp_metrics_write(fsdp_metrics *m, const json_t *record, fsdp_err *err) {
+    /* Compact text has no newline (Jansson escapes those inside strings), so one record is one line. */
+    char *text = fsdp_json_text(record, 0, 10);
+    if (!text) return fsdp_errf(err, "%s: a metrics record could not be encoded", m->path);
     errno = 0;
-    if (fputs(json_object, m->fp) == EOF || fputc('\n', m->fp) == EOF || fflush(m->fp) != 0)
-        return fsdp_errf(err, "%s: cannot write: %s", m->path, errno ? strerror(errno) : "I/O error");
+    int bad = fputs(text, m->fp) == EOF || fputc('\n', m->fp) == EOF || fflush(m->fp) != 0;
+    free(text);
+    if (bad) return fsdp_errf(err, "%s: cannot write: %s", m->path, errno ? strerror(errno) : "I/O error");
     return 0;
 }
 

@@ -3,14 +3,16 @@
 #ifndef FSDP_IO_METRICS_H
 #define FSDP_IO_METRICS_H
 
+#include <jansson.h>
+
 #include "../base/error.h"
 
 typedef struct fsdp_metrics fsdp_metrics;
 
 /* Opens for writing (truncate) or appending (a resumed run continues the same file). */
 fsdp_metrics *fsdp_metrics_open(const char *path, int append, fsdp_err *err);
-/* Writes `json_object` (one complete JSON object without a newline) as one line. */
-int fsdp_metrics_write(fsdp_metrics *m, const char *json_object, fsdp_err *err);
+/* Writes `record` (a JSON object) as one compact line, reals with 10 significant digits. */
+int fsdp_metrics_write(fsdp_metrics *m, const json_t *record, fsdp_err *err);
 void fsdp_metrics_close(fsdp_metrics *m);
 
 #endif

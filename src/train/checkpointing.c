@@ -8,6 +8,7 @@
 #include "../base/log.h"
 #include "../io/checkpoint.h"
 #include "../io/hf_config.h"
+#include "../io/jsonio.h"
 #include "trainer.h"
 
 /* Host staging of one state array (master, m or v) across all units, as fp32. */
@@ -115,9 +116,12 @@ int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {
     /* Replicas hold identical shards: the first replica writes for all. */
     int num_pieces = fsdp_engine_replica_rank(t->eng) == 0 ? build_pieces(t, master, m, v, pieces) : 0;
 
-    char config[8192], schedule[512];
+    char config[8192];
     fsdp_hf_config_write(&t->cfg, config, sizeof config);
-    fsdp_schedule_json(&t->sched, t->step, schedule, sizeof schedule);
+    json_t *schedule_record = fsdp_schedule_json(&t->sched, t->step);
+    char *schedule = fsdp_json_text(schedule_record, 0, 17);
+    json_decref(schedule_record);
+    if (!schedule) fsdp_fatal("out of host memory writing the schedule record");
     fsdp_ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.step = t->step;
@@ -129,6 +133,7 @@ int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {
     meta.schedule_json = schedule;
     meta.run_json = (char *)(t->opt.run_json ? t->opt.run_json : "{}");
     int rc = fsdp_ckpt_write(t->world, path, tensors, t->layout.num_params, pieces, num_pieces, &meta, err);
+    free(schedule);
     free(pieces);
     free(tensors);
     free(host);

@@ -1,7 +1,6 @@
 #include "schedule.h"
 
 #include <math.h>
-#include <stdio.h>
 
 double fsdp_schedule_lr(const fsdp_schedule *s, int step) {
     if (s->warmup > 0 && step <= s->warmup) return s->lr * step / s->warmup;
@@ -13,9 +12,8 @@ double fsdp_schedule_lr(const fsdp_schedule *s, int step) {
     return s->min_lr + (s->lr - s->min_lr) * 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
 }
 
-int fsdp_schedule_json(const fsdp_schedule *s, int step, char *buf, int cap) {
-    return snprintf(buf, (size_t)cap,
-                    "{\"type\": \"warmup_cosine\", \"lr\": %.17g, \"min_lr\": %.17g, \"warmup\": %d, "
-                    "\"total_steps\": %d, \"last_lr\": %.17g}",
-                    s->lr, s->min_lr, s->warmup, s->total, step > 0 ? fsdp_schedule_lr(s, step) : 0.0);
+json_t *fsdp_schedule_json(const fsdp_schedule *s, int step) {
+    return json_pack("{s:s, s:f, s:f, s:i, s:i, s:f}", "type", "warmup_cosine", "lr", s->lr, "min_lr", s->min_lr,
+                     "warmup", s->warmup, "total_steps", s->total, "last_lr",
+                     step > 0 ? fsdp_schedule_lr(s, step) : 0.0);
 }

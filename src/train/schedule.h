@@ -4,13 +4,15 @@
 #ifndef FSDP_TRAIN_SCHEDULE_H
 #define FSDP_TRAIN_SCHEDULE_H
 
+#include <jansson.h>
+
 typedef struct {
     double lr, min_lr;
     int warmup, total;
 } fsdp_schedule;
 
 double fsdp_schedule_lr(const fsdp_schedule *s, int step);
-/* The schedule as JSON ({"type": "warmup_cosine", ...}), for checkpoints. */
-int fsdp_schedule_json(const fsdp_schedule *s, int step, char *buf, int cap);
+/* The schedule after `step` steps as a JSON object ({"type": "warmup_cosine", ...}), for checkpoints. */
+json_t *fsdp_schedule_json(const fsdp_schedule *s, int step);
 
 #endif

@@ -12,7 +12,7 @@
 #include "../base/watchdog.h"
 #include "../io/checkpoint.h"
 #include "../io/hf_config.h"
-#include "../io/json.h"
+#include "../io/jsonio.h"
 #include "optimizer.h"
 
 /* Where a step's time goes, from events on the compute stream (waits for communication included):
@@ -323,15 +323,18 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
                  r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eta);
     }
     if (t->metrics) {
-        char line[768];
         const double *p = r->phase_ms;
-        snprintf(line, sizeof line,
-                 "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s_per_gpu\": %.3f, "
-                 "\"step_ms\": %.3f, \"comm_wait_ms\": %.3f, \"forward_ms\": %.3f, \"head_ms\": %.3f, "
-                 "\"backward_ms\": %.3f, \"rest_ms\": %.3f, \"optimizer_ms\": %.3f, \"samples_seen\": %llu}",
-                 t->step, r->loss, r->lr, r->grad_norm, tps, r->step_ms, r->comm_wait_ms, p[0], p[1], p[2], p[3], p[4],
-                 (unsigned long long)t->samples_seen);
-        fsdp_metrics_write(t->metrics, line, err);
+        json_t *rec = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I}", "step", t->step,
+                                "loss", fsdp_json_number(r->loss), "lr", fsdp_json_number(r->lr), "grad_norm",
+                                fsdp_json_number(r->grad_norm), "tokens_per_s_per_gpu", fsdp_json_number(tps),
+                                "step_ms", fsdp_json_number(r->step_ms), "comm_wait_ms",
+                                fsdp_json_number(r->comm_wait_ms), "forward_ms", fsdp_json_number(p[0]), "head_ms",
+                                fsdp_json_number(p[1]), "backward_ms", fsdp_json_number(p[2]), "rest_ms",
+                                fsdp_json_number(p[3]), "optimizer_ms", fsdp_json_number(p[4]), "samples_seen",
+                                (json_int_t)t->samples_seen);
+        if (!rec) fsdp_fatal("out of host memory building a metrics record");
+        fsdp_metrics_write(t->metrics, rec, err);
+        json_decref(rec);
     }
 }
 
@@ -357,14 +360,16 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
     }
     fsdp_log("Max reserved %s memory: %.2f GiB\n", strcmp(t->be->name, "cpu") ? "GPU" : "CPU backend", gib);
     if (t->metrics) {
-        char line[768];
-        snprintf(line, sizeof line,
-                 "{\"summary\": true, \"steps\": %d, \"final_step\": %d, \"tokens_per_s_per_gpu\": %.3f, "
-                 "\"tokens_per_s_per_gpu_course\": %.3f, \"tflops_per_gpu\": %.3f, \"mfu\": %.5f, "
-                 "\"max_reserved_gib\": %.4f, \"world_size\": %d, \"strategy\": \"%s\", \"device\": \"%s\"}",
-                 steps_run, t->step, tps, course, tflops, t->be->peak_tflops > 0 ? tflops / t->be->peak_tflops : 0.0,
-                 gib, t->topo.world, fsdp_strategy_name(o->strategy), t->be->device_name);
-        fsdp_metrics_write(t->metrics, line, err);
+        json_t *rec = json_pack("{s:b, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:i, s:s, s:s}", "summary", 1, "steps",
+                                steps_run, "final_step", t->step, "tokens_per_s_per_gpu", fsdp_json_number(tps),
+                                "tokens_per_s_per_gpu_course", fsdp_json_number(course), "tflops_per_gpu",
+                                fsdp_json_number(tflops), "mfu",
+                                fsdp_json_number(t->be->peak_tflops > 0 ? tflops / t->be->peak_tflops : 0.0),
+                                "max_reserved_gib", fsdp_json_number(gib), "world_size", t->topo.world, "strategy",
+                                fsdp_strategy_name(o->strategy), "device", t->be->device_name);
+        if (!rec) fsdp_fatal("out of host memory building the metrics summary");
+        fsdp_metrics_write(t->metrics, rec, err);
+        json_decref(rec);
     }
 }
 

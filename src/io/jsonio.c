@@ -1,0 +1,73 @@
+/* Jansson wrappers of jsonio.h. */
+#include "jsonio.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static json_t *loaded(json_t *v, const json_error_t *je, const char *origin, fsdp_err *err) {
+    if (v) return v;
+    if (je->line > 0)
+        fsdp_errf(err, "%s: line %d, column %d: %s", origin, je->line, je->column, je->text);
+    else
+        fsdp_errf(err, "%s: %s", origin, je->text);
+    return NULL;
+}
+
+json_t *fsdp_json_load_path(const char *path, fsdp_err *err) {
+    json_error_t je;
+    json_t *v = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    /* Jansson reports an unreadable file with its own wording; the path comes first in ours. */
+    return loaded(v, &je, path, err);
+}
+
+json_t *fsdp_json_load_text(const char *text, size_t len, const char *origin, fsdp_err *err) {
+    json_error_t je;
+    json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    return loaded(v, &je, origin, err);
+}
+
+json_t *fsdp_json_number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+json_t *fsdp_json_float(float x) {
+    if (!isfinite(x)) return json_null();
+    char tmp[48];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, (double)x);
+        if ((float)strtod(tmp, NULL) == x) break;
+    }
+    return json_real(strtod(tmp, NULL));
+}
+
+char *fsdp_json_text(const json_t *v, int indent, int precision) {
+    if (precision < 1) precision = 1;
+    if (precision > 17) precision = 17;
+    /* Jansson keeps objects in insertion order (2.8 and later). */
+    size_t flags = JSON_REAL_PRECISION(precision);
+    flags |= indent > 0 ? JSON_INDENT(indent) : JSON_COMPACT;
+    return json_dumps(v, flags);
+}
+
+json_t *fsdp_json_from_args(const fsdp_arg_spec *spec) {
+    json_t *obj = json_object();
+    if (!obj) fsdp_fatal("out of host memory building the run record");
+    for (int i = 0; i < spec->num_args; i++) {
+        const fsdp_arg *a = &spec->args[i];
+        json_t *v;
+        switch (a->type) {
+        case FSDP_ARG_INT: v = json_integer(*(const int *)a->dest); break;
+        case FSDP_ARG_INT64: v = json_integer((json_int_t) * (const int64_t *)a->dest); break;
+        case FSDP_ARG_FLOAT: v = fsdp_json_number(*(const double *)a->dest); break;
+        case FSDP_ARG_BOOL: v = json_boolean(*(const int *)a->dest); break;
+        default: {
+            const char *s = *(const char *const *)a->dest;
+            /* A flag value that is not UTF-8 (a Latin-1 path, say) is kept as null rather than
+             * making the whole record unwritable. */
+            v = s ? json_string(s) : json_null();
+            if (!v) v = json_null();
+        }
+        }
+        if (json_object_set_new(obj, a->name, v)) fsdp_fatal("out of host memory building the run record");
+    }
+    return obj;
+}
