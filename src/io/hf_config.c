@@ -189,6 +189,22 @@ static int parse_opt(const fields *f, fsdp_model_config *c) {
     return 0;
 }
 
+/* A token id: a non-negative integer, or -1 when absent or null. A list (Llama 3.1's several
+ * end-of-sequence ids) gives its first id. */
+static int get_token_id(const fields *f, const char *key, int *out) {
+    const fsdp_json *v = member(f, key);
+    *out = -1;
+    if (!v) return 0;
+    if (v->type == FSDP_JSON_ARRAY) {
+        if (v->count == 0) return 0;
+        v = &v->items[0];
+    }
+    if (v->type != FSDP_JSON_NUMBER || v->number != floor(v->number) || v->number < 0 || v->number > INT_MAX)
+        return fsdp_errf(f->err, "%s: %s must be a non-negative integer token id", f->origin, key);
+    *out = (int)v->number;
+    return 0;
+}
+
 /* "llama models/x/config.json", keeping the end of a long path since that is the telling part. */
 static void set_name(fsdp_model_config *c, const char *model_type, const char *origin) {
     size_t cap = sizeof c->name, used = (size_t)snprintf(c->name, cap, "%s ", model_type), n = strlen(origin);
@@ -232,6 +248,11 @@ int fsdp_hf_config_parse(const char *text, size_t len, const char *origin, fsdp_
         rc = parse_opt(&f, &c);
     else if (model_type)
         fsdp_errf(err, "%s: model_type '%s' is not supported (llama, opt)", origin, model_type);
+    if (rc == 0)
+        rc = get_token_id(&f, "bos_token_id", &c.bos_token_id) || get_token_id(&f, "eos_token_id", &c.eos_token_id) ||
+                     get_token_id(&f, "pad_token_id", &c.pad_token_id)
+                 ? -1
+                 : 0;
     if (rc == 0) {
         set_name(&c, model_type, origin);
         rc = validate(&c, origin, err);
@@ -350,6 +371,15 @@ static void write_opt(const fsdp_model_config *c, fsdp_sb *sb) {
 #undef INDENT
 #undef INDENT2
 
+/* The special token ids, when the config has them, before the closing brace. */
+static void put_token_ids(const fsdp_model_config *c, fsdp_sb *sb) {
+    sb->len -= 3; /* "\n}\n" */
+    if (c->bos_token_id >= 0) put_int(sb, "  ", "bos_token_id", c->bos_token_id);
+    if (c->eos_token_id >= 0) put_int(sb, "  ", "eos_token_id", c->eos_token_id);
+    if (c->pad_token_id >= 0) put_int(sb, "  ", "pad_token_id", c->pad_token_id);
+    fsdp_sb_printf(sb, "\n}\n");
+}
+
 int fsdp_hf_config_write(const fsdp_model_config *cfg, char *buf, size_t cap) {
     fsdp_sb sb;
     fsdp_sb_init(&sb);
@@ -357,6 +387,7 @@ int fsdp_hf_config_write(const fsdp_model_config *cfg, char *buf, size_t cap) {
         write_opt(cfg, &sb);
     else
         write_llama(cfg, &sb);
+    put_token_ids(cfg, &sb);
     int rc = -1;
     if (sb.len < cap && sb.len <= INT_MAX) {
         memcpy(buf, sb.buf, sb.len + 1);

@@ -15,6 +15,7 @@ static fsdp_model_config llama_base(void) {
     c.initializer_range = 0.02f;
     c.rope_theta = 10000.0f;
     c.rope_type = FSDP_ROPE_DEFAULT;
+    c.bos_token_id = c.eos_token_id = c.pad_token_id = -1;
     return c;
 }
 
@@ -26,6 +27,8 @@ static fsdp_model_config opt_base(void) {
     c.initializer_range = 0.02f;
     c.enable_bias = 1;
     c.tie_word_embeddings = 1;
+    /* OPTConfig's defaults, which the published OPT models keep. */
+    c.pad_token_id = 1, c.bos_token_id = 2, c.eos_token_id = 2;
     return c;
 }
 
@@ -38,11 +41,13 @@ int fsdp_model_preset(const char *name, fsdp_model_config *out) {
         c.rope_theta = 500000.0f, c.rope_type = FSDP_ROPE_LLAMA3, c.rope_factor = 32.0f;
         c.rope_low_freq_factor = 1.0f, c.rope_high_freq_factor = 4.0f, c.rope_original_max_position = 8192;
         c.tie_word_embeddings = 1;
+        c.bos_token_id = 128000, c.eos_token_id = 128001;
     } else if (!strcasecmp(name, "llama-2-7b")) {
         c = llama_base();
         c.vocab_size = 32000, c.hidden_size = 4096, c.intermediate_size = 11008, c.num_layers = 32;
         c.num_heads = 32, c.num_kv_heads = 32, c.head_dim = 128, c.max_position_embeddings = 4096;
         c.tie_word_embeddings = 0;
+        c.bos_token_id = 1, c.eos_token_id = 2;
     } else if (!strcasecmp(name, "opt-1.3b")) {
         c = opt_base();
         c.vocab_size = 50272, c.hidden_size = 2048, c.intermediate_size = 8192, c.num_layers = 24;

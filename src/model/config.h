@@ -31,6 +31,8 @@ typedef struct {
     int rope_original_max_position;
     /* OPT */
     int enable_bias;            /* biases on every linear layer (OPT: 1, Llama: 0) */
+    /* Special token ids of the Hugging Face config, -1 when absent (generation, padding). */
+    int bos_token_id, eos_token_id, pad_token_id;
 } fsdp_model_config;
 
 /* Fills `out` with the named preset ("llama-3.2-1b", "llama-2-7b", "opt-1.3b", "tiny-llama",
