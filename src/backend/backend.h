@@ -145,9 +145,10 @@ struct fsdp_backend {
     /* out[N,C] = wte[tokens[n]] (+ wpe[pos_offset + n % T] when wpe is not NULL). */
     void (*embedding_forward)(fsdp_backend *be, void *out, const int32_t *tokens, const void *wte,
                               const void *wpe, int pos_offset, int N, int T, int C);
-    /* dwte[tokens[n]] += dout[n]; dwpe[pos_offset + n % T] += dout[n] when dwpe is not NULL. */
+    /* dwte[tokens[n]] += dout[n] unless tokens[n] == padding_idx (nn.Embedding's padding_idx; -1:
+     * none); dwpe[pos_offset + n % T] += dout[n] when dwpe is not NULL. */
     void (*embedding_backward)(fsdp_backend *be, void *dwte, void *dwpe, const void *dout,
-                               const int32_t *tokens, int pos_offset, int N, int T, int C);
+                               const int32_t *tokens, int padding_idx, int pos_offset, int N, int T, int C);
 
     /* out = x / sqrt(mean(x^2) + eps) * weight; rstd[N] saved. */
     void (*rmsnorm_forward)(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *weight,

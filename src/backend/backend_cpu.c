@@ -423,9 +423,10 @@ static void cpu_embedding_forward_op(fsdp_backend *be, void *out, const int32_t 
 }
 
 static void cpu_embedding_backward_op(fsdp_backend *be, void *dwte, void *dwpe, const void *dout,
-                                      const int32_t *tokens, int pos_offset, int N, int T, int C) {
+                                      const int32_t *tokens, int padding_idx, int pos_offset, int N, int T,
+                                      int C) {
     progress(be);
-    cpu_embedding_backward(dwte, dwpe, dout, tokens, pos_offset, N, T, C);
+    cpu_embedding_backward(dwte, dwpe, dout, tokens, padding_idx, pos_offset, N, T, C);
     /* Rounding a whole embedding-gradient matrix per micro-batch would dominate CPU bf16 runs;
      * the rows touched are rounded instead. */
     if (rounds(be, GRAD(be))) {

@@ -357,9 +357,9 @@ static void cuda_embedding_forward(fsdp_backend *be, void *out, const int32_t *t
 }
 
 static void cuda_embedding_backward(fsdp_backend *be, void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
-                                    int pos_offset, int N, int T, int C) {
-    fsdp_cuda_embedding_backward(dwte, dwpe, dout, tokens, pos_offset, N, T, C, be->act_dtype, be->grad_dtype,
-                                 compute_stream(be));
+                                    int padding_idx, int pos_offset, int N, int T, int C) {
+    fsdp_cuda_embedding_backward(dwte, dwpe, dout, tokens, padding_idx, pos_offset, N, T, C, be->act_dtype,
+                                 be->grad_dtype, compute_stream(be));
 }
 
 static void cuda_rmsnorm_forward(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *w, int N, int C,

@@ -1,7 +1,8 @@
-/* Hugging Face config.json <-> fsdp_model_config: the Llama and OPT readers (with transformers'
- * defaults for absent fields), the writer, and fsdp_hf_config_load. */
+/* config.json <-> fsdp_model_config: the interpreter of the families' field tables (reading and
+ * writing), the RoPE fields of transformers 4 and 5, and fsdp_hf_config_load. */
 #include "hf_config.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,206 +10,278 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "json.h"
+#include "jsonio.h"
 
 /* What every field reader needs: the object to look in and the names for messages. */
 typedef struct {
-    const fsdp_json *obj;
+    const json_t *obj;
     const char *origin;
     const char *prefix; /* "" or "rope_scaling." for nested fields */
     fsdp_err *err;
 } fields;
 
-static const char *type_name(const fsdp_json *v) {
-    static const char *const names[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
-    return names[v->type];
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
 }
 
-static int wrong_type(const fields *f, const char *key, const char *want, const fsdp_json *v) {
+/* A number as the file wrote it, near enough for a message: 16.5, 1e+12, 2048 (the shortest
+ * decimal that reads back to the same double). */
+static const char *number_text(const json_t *v, char *buf, size_t cap) {
+    if (json_is_integer(v)) {
+        snprintf(buf, cap, "%lld", (long long)json_integer_value(v));
+        return buf;
+    }
+    double x = json_real_value(v);
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    return buf;
+}
+
+static int wrong_type(const fields *f, const char *key, const char *want, const json_t *v) {
     return fsdp_errf(f->err, "%s: %s%s must be %s, not %s", f->origin, f->prefix, key, want, type_name(v));
 }
 
 /* A member, treating null as absent: transformers falls back to its default for None too. */
-static const fsdp_json *member(const fields *f, const char *key) {
-    const fsdp_json *v = fsdp_json_get(f->obj, key);
-    return v && v->type != FSDP_JSON_NULL ? v : NULL;
+static const json_t *member(const fields *f, const char *key) {
+    const json_t *v = json_object_get(f->obj, key);
+    return v && !json_is_null(v) ? v : NULL;
 }
 
-/* An integer field in [1, INT_MAX]; `dflt` < 0 means required. */
-static int get_int(const fields *f, const char *key, long long dflt, int *out) {
-    const fsdp_json *v = member(f, key);
-    if (!v) {
-        if (dflt < 0) return fsdp_errf(f->err, "%s: missing field %s%s", f->origin, f->prefix, key);
-        *out = (int)dflt;
-        return 0;
-    }
-    if (v->type != FSDP_JSON_NUMBER) return wrong_type(f, key, "an integer", v);
-    if (v->number != floor(v->number))
-        return fsdp_errf(f->err, "%s: %s%s %s is not an integer", f->origin, f->prefix, key, v->string);
-    if (v->number < 1 || v->number > INT_MAX)
-        return fsdp_errf(f->err, "%s: %s%s %s is out of range (1 to %d)", f->origin, f->prefix, key, v->string,
+/* An integer in [1, INT_MAX]. */
+static int get_int(const fields *f, const char *key, const json_t *v, int *out) {
+    char num[48];
+    if (json_is_real(v))
+        return fsdp_errf(f->err, "%s: %s%s %s is not an integer", f->origin, f->prefix, key,
+                         number_text(v, num, sizeof num));
+    if (!json_is_integer(v)) return wrong_type(f, key, "an integer", v);
+    json_int_t x = json_integer_value(v);
+    if (x < 1 || x > INT_MAX)
+        return fsdp_errf(f->err, "%s: %s%s %lld is out of range (1 to %d)", f->origin, f->prefix, key, (long long)x,
                          INT_MAX);
-    *out = (int)v->number;
+    *out = (int)x;
     return 0;
 }
 
-/* A positive finite number (zero too when `allow_zero`); `required` says whether dflt applies. */
-static int get_float(const fields *f, const char *key, int required, double dflt, int allow_zero, float *out) {
-    const fsdp_json *v = member(f, key);
-    if (!v) {
-        if (required) return fsdp_errf(f->err, "%s: missing field %s%s", f->origin, f->prefix, key);
-        *out = (float)dflt;
-        return 0;
-    }
-    if (v->type != FSDP_JSON_NUMBER) return wrong_type(f, key, "a number", v);
-    float x = (float)v->number;
-    if (!isfinite(x) || x < 0 || (x == 0 && !allow_zero))
-        return fsdp_errf(f->err, "%s: %s%s %s must be %s", f->origin, f->prefix, key, v->string,
-                         allow_zero ? "a finite number >= 0" : "positive (and fit a float)");
-    *out = x;
+/* A positive number that fits a float. */
+static int get_real(const fields *f, const char *key, const json_t *v, float *out) {
+    char num[48];
+    if (!json_is_number(v)) return wrong_type(f, key, "a number", v);
+    double x = json_number_value(v);
+    float y = (float)x;
+    if (!(x > 0.0) || !isfinite(y) || y == 0.0f)
+        return fsdp_errf(f->err, "%s: %s%s %s must be positive (and fit a float)", f->origin, f->prefix, key,
+                         number_text(v, num, sizeof num));
+    *out = y;
     return 0;
 }
 
-static int get_bool(const fields *f, const char *key, int dflt, int *out) {
-    const fsdp_json *v = member(f, key);
-    if (!v) {
-        *out = dflt;
-        return 0;
-    }
-    if (v->type != FSDP_JSON_BOOL) return wrong_type(f, key, "true or false", v);
-    *out = v->boolean;
+/* A probability. */
+static int get_rate(const fields *f, const char *key, const json_t *v, float *out) {
+    char num[48];
+    if (!json_is_number(v)) return wrong_type(f, key, "a number", v);
+    double x = json_number_value(v);
+    if (!(x >= 0.0 && x <= 1.0))
+        return fsdp_errf(f->err, "%s: %s%s %s must be a probability in [0, 1]", f->origin, f->prefix, key,
+                         number_text(v, num, sizeof num));
+    *out = (float)x;
     return 0;
 }
 
-/* A string field; NULL in *out when absent. */
-static int get_string(const fields *f, const char *key, const char **out) {
-    const fsdp_json *v = member(f, key);
-    *out = NULL;
-    if (!v) return 0;
-    if (v->type != FSDP_JSON_STRING) return wrong_type(f, key, "a string", v);
-    *out = v->string;
-    return 0;
-}
-
-/* A boolean that fsdp.c supports only with one value. */
-static int require_bool(const fields *f, const char *key, int dflt, int supported, const char *why) {
-    int b;
-    if (get_bool(f, key, dflt, &b)) return -1;
-    if (b != supported)
-        return fsdp_errf(f->err, "%s: %s %s is not supported (%s)", f->origin, key, b ? "true" : "false", why);
-    return 0;
-}
-
-/* A string that fsdp.c supports only with one value (absent is fine: it is the default). */
-static int require_string(const fields *f, const char *key, const char *supported) {
-    const char *s;
-    if (get_string(f, key, &s)) return -1;
-    if (s && strcmp(s, supported))
-        return fsdp_errf(f->err, "%s: %s '%s' is not supported (only '%s')", f->origin, key, s, supported);
-    return 0;
-}
-
-/* rope_scaling: null, {"rope_type": "default"} or a llama3 scaling. Older files say "type". */
-static int parse_rope_scaling(const fields *f, fsdp_model_config *c) {
-    const fsdp_json *rs = member(f, "rope_scaling");
-    c->rope_type = FSDP_ROPE_DEFAULT;
-    if (!rs) return 0;
-    if (rs->type != FSDP_JSON_OBJECT) return wrong_type(f, "rope_scaling", "null or an object", rs);
-    fields sub = {rs, f->origin, "rope_scaling.", f->err};
-    const char *type;
-    if (get_string(&sub, "rope_type", &type)) return -1;
-    if (!type && get_string(&sub, "type", &type)) return -1;
-    if (!type) return fsdp_errf(f->err, "%s: rope_scaling has no rope_type", f->origin);
-    if (!strcmp(type, "default")) return 0;
-    if (strcmp(type, "llama3"))
-        return fsdp_errf(f->err, "%s: rope_scaling type '%s' is not supported (llama3, default)", f->origin, type);
-    c->rope_type = FSDP_ROPE_LLAMA3;
-    if (get_float(&sub, "factor", 1, 0, 0, &c->rope_factor) ||
-        get_float(&sub, "low_freq_factor", 1, 0, 0, &c->rope_low_freq_factor) ||
-        get_float(&sub, "high_freq_factor", 1, 0, 0, &c->rope_high_freq_factor) ||
-        get_int(&sub, "original_max_position_embeddings", -1, &c->rope_original_max_position))
-        return -1;
-    return 0;
-}
-
-static int divides(const fields *f, const char *a_name, int a, const char *b_name, int b) {
-    if (b % a) return fsdp_errf(f->err, "%s: %s %d does not divide %s %d", f->origin, a_name, a, b_name, b);
-    return 0;
-}
-
-/* Field names and defaults follow transformers' LlamaConfig. */
-static int parse_llama(const fields *f, fsdp_model_config *c) {
-    c->family = FSDP_FAMILY_LLAMA;
-    if (get_int(f, "vocab_size", -1, &c->vocab_size) || get_int(f, "hidden_size", -1, &c->hidden_size) ||
-        get_int(f, "intermediate_size", -1, &c->intermediate_size) ||
-        get_int(f, "num_hidden_layers", -1, &c->num_layers) || get_int(f, "num_attention_heads", -1, &c->num_heads) ||
-        get_int(f, "num_key_value_heads", c->num_heads, &c->num_kv_heads) ||
-        get_int(f, "max_position_embeddings", -1, &c->max_position_embeddings))
-        return -1;
-    if (!member(f, "head_dim") && divides(f, "num_attention_heads", c->num_heads, "hidden_size", c->hidden_size))
-        return -1;
-    if (get_int(f, "head_dim", c->hidden_size / c->num_heads, &c->head_dim) ||
-        divides(f, "num_key_value_heads", c->num_kv_heads, "num_attention_heads", c->num_heads) ||
-        get_float(f, "rms_norm_eps", 0, 1e-6, 0, &c->norm_eps) ||
-        get_float(f, "rope_theta", 0, 10000.0, 0, &c->rope_theta) || parse_rope_scaling(f, c) ||
-        get_bool(f, "tie_word_embeddings", 0, &c->tie_word_embeddings) ||
-        get_float(f, "initializer_range", 0, 0.02, 1, &c->initializer_range) ||
-        require_bool(f, "attention_bias", 0, 0, "fsdp.c's Llama has no attention biases") ||
-        require_bool(f, "mlp_bias", 0, 0, "fsdp.c's Llama has no MLP biases") ||
-        require_string(f, "hidden_act", "silu"))
-        return -1;
-    c->enable_bias = 0;
-    return 0;
-}
-
-/* Field names and defaults follow transformers' OPTConfig; only the pre-LayerNorm variant with no
- * embedding projection is supported. */
-static int parse_opt(const fields *f, fsdp_model_config *c) {
-    c->family = FSDP_FAMILY_OPT;
-    if (get_int(f, "vocab_size", -1, &c->vocab_size) || get_int(f, "hidden_size", -1, &c->hidden_size) ||
-        get_int(f, "ffn_dim", -1, &c->intermediate_size) || get_int(f, "num_hidden_layers", -1, &c->num_layers) ||
-        get_int(f, "num_attention_heads", -1, &c->num_heads) ||
-        get_int(f, "max_position_embeddings", -1, &c->max_position_embeddings) ||
-        divides(f, "num_attention_heads", c->num_heads, "hidden_size", c->hidden_size))
-        return -1;
-    c->num_kv_heads = c->num_heads;
-    c->head_dim = c->hidden_size / c->num_heads;
-    int proj_dim;
-    if (get_int(f, "word_embed_proj_dim", c->hidden_size, &proj_dim)) return -1;
-    if (proj_dim != c->hidden_size)
-        return fsdp_errf(f->err, "%s: word_embed_proj_dim %d differs from hidden_size %d (not supported)", f->origin,
-                         proj_dim, c->hidden_size);
-    if (require_bool(f, "do_layer_norm_before", 1, 1, "fsdp.c's OPT is pre-LayerNorm") ||
-        require_bool(f, "layer_norm_elementwise_affine", 1, 1, "fsdp.c's OPT LayerNorms have weights and biases") ||
-        require_string(f, "activation_function", "relu") || get_bool(f, "enable_bias", 1, &c->enable_bias) ||
-        get_bool(f, "tie_word_embeddings", 1, &c->tie_word_embeddings) ||
-        get_float(f, "init_std", 0, 0.02, 1, &c->initializer_range))
-        return -1;
-    c->norm_eps = 1e-5f; /* OPT's LayerNorm epsilon is not configurable */
-    c->rope_type = FSDP_ROPE_DEFAULT;
-    return 0;
-}
-
-/* A token id: a non-negative integer, or -1 when absent or null. A list (Llama 3.1's several
- * end-of-sequence ids) gives its first id. */
-static int get_token_id(const fields *f, const char *key, int *out) {
-    const fsdp_json *v = member(f, key);
+/* A token id: a non-negative integer; a list (Llama 3.1's several end-of-sequence ids) gives its
+ * first; null or an empty list, none (-1). */
+static int get_token_id(const fields *f, const char *key, const json_t *v, int *out) {
     *out = -1;
-    if (!v) return 0;
-    if (v->type == FSDP_JSON_ARRAY) {
-        if (v->count == 0) return 0;
-        v = &v->items[0];
+    if (json_is_array(v)) {
+        if (json_array_size(v) == 0) return 0;
+        v = json_array_get(v, 0);
     }
-    if (v->type != FSDP_JSON_NUMBER || v->number != floor(v->number) || v->number < 0 || v->number > INT_MAX)
-        return fsdp_errf(f->err, "%s: %s must be a non-negative integer token id", f->origin, key);
-    *out = (int)v->number;
+    if (json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX)
+        return fsdp_errf(f->err, "%s: %s must be a non-negative integer token id, not %s", f->origin, key,
+                         type_name(v));
+    *out = (int)json_integer_value(v);
     return 0;
 }
+
+/* ---- RoPE: rope_theta and rope_scaling (transformers 4), rope_parameters (5) ---------------------- */
+
+/* partial_rotary_factor (top level or inside the RoPE parameters) rotates part of each head. */
+static int check_partial_rotary(const fields *f) {
+    const json_t *v = member(f, "partial_rotary_factor");
+    char num[48];
+    if (!v) return 0;
+    if (!json_is_number(v)) return wrong_type(f, "partial_rotary_factor", "a number", v);
+    if (json_number_value(v) != 1.0)
+        return fsdp_errf(f->err, "%s: %spartial_rotary_factor %s is not supported (fsdp.c rotates whole heads)",
+                         f->origin, f->prefix, number_text(v, num, sizeof num));
+    return 0;
+}
+
+static int required_real(const fields *f, const char *key, float *out) {
+    const json_t *v = member(f, key);
+    if (!v) return fsdp_errf(f->err, "%s: missing field %s%s", f->origin, f->prefix, key);
+    return get_real(f, key, v, out);
+}
+
+/* transformers 5 reads rope_scaling first, then rope_parameters; theta inside them wins over the
+ * top-level rope_theta; no type means "default"; llama3's original_max_position_embeddings
+ * defaults to max_position_embeddings (read before, in every family's table order). */
+static int read_rope(const fields *f, const fsdp_hf_field *fd, fsdp_model_config *c) {
+    const json_t *scaling = member(f, "rope_scaling"), *params = member(f, "rope_parameters");
+    const json_t *rp = scaling ? scaling : params;
+    const char *rp_key = scaling ? "rope_scaling" : "rope_parameters";
+    c->rope_theta = (float)fd->dflt;
+    c->rope_type = FSDP_ROPE_DEFAULT;
+    const json_t *theta = member(f, "rope_theta");
+    if (theta && get_real(f, "rope_theta", theta, &c->rope_theta)) return -1;
+    if (check_partial_rotary(f)) return -1;
+    if (!rp) return 0;
+    if (!json_is_object(rp)) return wrong_type(f, rp_key, "null or an object", rp);
+    fields sub = {rp, f->origin, scaling ? "rope_scaling." : "rope_parameters.", f->err};
+    const char *key;
+    const json_t *value;
+    int others = 0;
+    json_object_foreach((json_t *)rp, key, value) {
+        if (json_is_object(value))
+            return fsdp_errf(f->err, "%s: %s.%s: RoPE parameters per layer type are not supported", f->origin,
+                             rp_key, key);
+        others += strcmp(key, "rope_theta") && strcmp(key, "partial_rotary_factor");
+    }
+    theta = member(&sub, "rope_theta");
+    if (theta && get_real(&sub, "rope_theta", theta, &c->rope_theta)) return -1;
+    if (check_partial_rotary(&sub)) return -1;
+    const json_t *type = member(&sub, "rope_type");
+    const char *type_key = "rope_type";
+    if (!type) type = member(&sub, "type"), type_key = "type";
+    if (!type) {
+        if (others) return fsdp_errf(f->err, "%s: %s has no rope_type (its other fields would be ignored)", f->origin, rp_key);
+        return 0;
+    }
+    if (!json_is_string(type)) return wrong_type(&sub, type_key, "a string", type);
+    const char *name = json_string_value(type);
+    if (!strcmp(name, "default")) return 0;
+    if (!strcmp(name, "linear")) {
+        c->rope_type = FSDP_ROPE_LINEAR;
+        return required_real(&sub, "factor", &c->rope_factor);
+    }
+    if (strcmp(name, "llama3"))
+        return fsdp_errf(f->err, "%s: %s%s '%s' is not supported (default, linear, llama3)", f->origin, sub.prefix,
+                         type_key, name);
+    c->rope_type = FSDP_ROPE_LLAMA3;
+    if (required_real(&sub, "factor", &c->rope_factor) ||
+        required_real(&sub, "low_freq_factor", &c->rope_low_freq_factor) ||
+        required_real(&sub, "high_freq_factor", &c->rope_high_freq_factor))
+        return -1;
+    const json_t *orig = member(&sub, "original_max_position_embeddings");
+    c->rope_original_max_position = c->max_position_embeddings;
+    return orig ? get_int(&sub, "original_max_position_embeddings", orig, &c->rope_original_max_position) : 0;
+}
+
+/* ---- one table entry ------------------------------------------------------------------------------ */
+
+static void *field_at(fsdp_model_config *c, const fsdp_hf_field *fd) { return (char *)c + fd->offset; }
+
+static int refuse(const fields *f, const fsdp_hf_field *fd, const char *value) {
+    return fsdp_errf(f->err, "%s: %s %s is not supported (%s)", f->origin, fd->key, value, fd->why);
+}
+
+static int read_field(const fields *f, const fsdp_hf_field *fd, fsdp_model_config *c) {
+    const json_t *raw = json_object_get(f->obj, fd->key);
+    const json_t *v = member(f, fd->key);
+    char num[48];
+    switch (fd->kind) {
+    case FSDP_HF_INT:
+        if (v) return get_int(f, fd->key, v, field_at(c, fd));
+        if (raw && (fd->flags & FSDP_HF_NULL_DERIVES)) {
+            *(int *)field_at(c, fd) = 0;
+            return 0;
+        }
+        if (fd->flags & FSDP_HF_REQUIRED)
+            return fsdp_errf(f->err, "%s: missing field %s (transformers would default it to %.0f)", f->origin,
+                             fd->key, fd->dflt);
+        *(int *)field_at(c, fd) = (int)fd->dflt;
+        return 0;
+    case FSDP_HF_REAL:
+        if (v) return get_real(f, fd->key, v, field_at(c, fd));
+        *(float *)field_at(c, fd) = (float)fd->dflt;
+        return 0;
+    case FSDP_HF_RATE:
+        if (v) return get_rate(f, fd->key, v, field_at(c, fd));
+        *(float *)field_at(c, fd) = (float)fd->dflt;
+        return 0;
+    case FSDP_HF_BOOL:
+    case FSDP_HF_BIASES: {
+        if (v && !json_is_boolean(v)) return wrong_type(f, fd->key, "true or false", v);
+        int b = v ? json_is_true(v) : fd->dflt != 0;
+        if (fd->kind == FSDP_HF_BOOL)
+            *(int *)field_at(c, fd) = b;
+        else
+            c->biases = b ? c->biases | fd->bits : c->biases & ~fd->bits;
+        return 0;
+    }
+    case FSDP_HF_TOKEN_ID:
+        if (raw) return get_token_id(f, fd->key, raw, field_at(c, fd));
+        *(int *)field_at(c, fd) = (int)fd->dflt;
+        return 0;
+    case FSDP_HF_ROPE: return read_rope(f, fd, c);
+    case FSDP_HF_ONLY_BOOL:
+        if (!v) return 0;
+        if (!json_is_boolean(v)) return wrong_type(f, fd->key, "true or false", v);
+        return json_is_true(v) == (fd->dflt != 0) ? 0 : refuse(f, fd, json_is_true(v) ? "true" : "false");
+    case FSDP_HF_ONLY_NUMBER:
+        if (!v) return 0;
+        if (!json_is_number(v)) return wrong_type(f, fd->key, "a number", v);
+        return json_number_value(v) == fd->dflt ? 0 : refuse(f, fd, number_text(v, num, sizeof num));
+    case FSDP_HF_ONLY_STRING:
+        if (!v) return 0;
+        if (!json_is_string(v)) return wrong_type(f, fd->key, "a string", v);
+        if (strcmp(json_string_value(v), fd->text))
+            return fsdp_errf(f->err, "%s: %s '%s' is not supported (only '%s': %s)", f->origin, fd->key,
+                             json_string_value(v), fd->text, fd->why);
+        return 0;
+    case FSDP_HF_ONLY_STRINGS: {
+        if (!v) return 0;
+        if (!json_is_array(v)) return wrong_type(f, fd->key, "a list", v);
+        size_t i;
+        const json_t *s;
+        json_array_foreach(v, i, s) {
+            if (!json_is_string(s)) return wrong_type(f, fd->key, "a list of strings", v);
+            if (strcmp(json_string_value(s), fd->text))
+                return fsdp_errf(f->err, "%s: %s[%zu] '%s' is not supported (%s)", f->origin, fd->key, i,
+                                 json_string_value(s), fd->why);
+        }
+        return 0;
+    }
+    case FSDP_HF_SAME_AS: {
+        if (!v) return 0;
+        int x, want = *(int *)field_at(c, fd);
+        if (get_int(f, fd->key, v, &x)) return -1;
+        if (x != want)
+            return fsdp_errf(f->err, "%s: %s %d is not supported (%s %d)", f->origin, fd->key, x, fd->why, want);
+        return 0;
+    }
+    case FSDP_HF_IGNORED: return 0;
+    }
+    return 0;
+}
+
+/* ---- reading ------------------------------------------------------------------------------------ */
 
 /* "llama models/x/config.json", keeping the end of a long path since that is the telling part. */
 static void set_name(fsdp_model_config *c, const char *model_type, const char *origin) {
     size_t cap = sizeof c->name, used = (size_t)snprintf(c->name, cap, "%s ", model_type), n = strlen(origin);
-    if (used + 4 >= cap) return; /* model_type is "llama" or "opt" here, so this does not happen */
+    if (used + 4 >= cap) return; /* model_types are short */
     size_t room = cap - 1 - used;
     if (n > room) {
         memcpy(c->name + used, "...", 3);
@@ -218,181 +291,146 @@ static void set_name(fsdp_model_config *c, const char *model_type, const char *o
     snprintf(c->name + used, cap - used, "%s", origin);
 }
 
-/* fsdp_model_config_validate prefixes its messages with the config's name; ours name the file. */
-static int validate(const fsdp_model_config *c, const char *origin, fsdp_err *err) {
-    fsdp_model_config anon = *c;
-    fsdp_err verr = {0};
-    anon.name[0] = 0;
-    if (fsdp_model_config_validate(&anon, &verr) == 0) return 0;
-    const char *msg = verr.msg;
+/* The model's own checks prefix their messages with the config's name; ours name the file. */
+static int derive_and_validate(fsdp_model_config *c, const char *origin, fsdp_err *err) {
+    fsdp_err inner = {0};
+    c->name[0] = 0;
+    if (fsdp_model_config_derive(c, &inner) == 0 && fsdp_model_config_validate(c, &inner) == 0) return 0;
+    const char *msg = inner.msg;
     if (!strncmp(msg, "model: ", 7)) msg += 7;
     return fsdp_errf(err, "%s: %s", origin, msg);
 }
 
-int fsdp_hf_config_parse(const char *text, size_t len, const char *origin, fsdp_model_config *out, fsdp_err *err) {
-    char jerr[256];
-    fsdp_json *root = fsdp_json_parse(text, len, jerr, sizeof jerr);
-    if (!root) return fsdp_errf(err, "%s: %s", origin, jerr);
+int fsdp_hf_config_from_json(const json_t *root, const char *origin, fsdp_model_config *out, fsdp_err *err) {
+    if (!json_is_object(root)) return fsdp_errf(err, "%s: expected a JSON object, found %s", origin, type_name(root));
+    fields f = {root, origin, "", err};
+    const json_t *mt = member(&f, "model_type");
+    if (!mt) return fsdp_errf(err, "%s: missing field model_type", origin);
+    if (!json_is_string(mt)) return wrong_type(&f, "model_type", "a string", mt);
+    const fsdp_family *fam = fsdp_family_find(json_string_value(mt));
+    if (!fam)
+        return fsdp_errf(err, "%s: model_type '%s' is not supported (%s)", origin, json_string_value(mt),
+                         fsdp_family_names());
     fsdp_model_config c;
     memset(&c, 0, sizeof c);
-    fields f = {root, origin, "", err};
-    const char *model_type = NULL;
-    int rc = -1;
-    if (root->type != FSDP_JSON_OBJECT)
-        fsdp_errf(err, "%s: expected a JSON object, found %s", origin, type_name(root));
-    else if (get_string(&f, "model_type", &model_type) == 0 && !model_type)
-        fsdp_errf(err, "%s: missing field model_type", origin);
-    else if (model_type && !strcmp(model_type, "llama"))
-        rc = parse_llama(&f, &c);
-    else if (model_type && !strcmp(model_type, "opt"))
-        rc = parse_opt(&f, &c);
-    else if (model_type)
-        fsdp_errf(err, "%s: model_type '%s' is not supported (llama, opt)", origin, model_type);
-    if (rc == 0)
-        rc = get_token_id(&f, "bos_token_id", &c.bos_token_id) || get_token_id(&f, "eos_token_id", &c.eos_token_id) ||
-                     get_token_id(&f, "pad_token_id", &c.pad_token_id)
-                 ? -1
-                 : 0;
-    if (rc == 0) {
-        set_name(&c, model_type, origin);
-        rc = validate(&c, origin, err);
-    }
-    fsdp_json_free(root);
-    if (rc == 0) *out = c;
+    c.family = fam;
+    c.biases = fam->biases;
+    c.norm_eps = fam->norm_eps;
+    for (const fsdp_hf_field *fd = fam->fields; fd->key; fd++)
+        if (read_field(&f, fd, &c)) return -1;
+    if (derive_and_validate(&c, origin, err)) return -1;
+    set_name(&c, fam->model_type, origin);
+    *out = c;
+    return 0;
+}
+
+int fsdp_hf_config_parse(const char *text, size_t len, const char *origin, fsdp_model_config *out, fsdp_err *err) {
+    json_t *root = fsdp_json_load_text(text, len, origin, err);
+    if (!root) return -1;
+    int rc = fsdp_hf_config_from_json(root, origin, out, err);
+    json_decref(root);
     return rc;
 }
 
 int fsdp_hf_config_load(const char *path, fsdp_model_config *out, fsdp_err *err) {
-    char file[4096], rerr[1200];
+    char file[4096];
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         if (snprintf(file, sizeof file, "%s/config.json", path) >= (int)sizeof file)
             return fsdp_errf(err, "%s: path too long", path);
-    } else {
-        snprintf(file, sizeof file, "%s", path);
+    } else if (snprintf(file, sizeof file, "%s", path) >= (int)sizeof file) {
+        return fsdp_errf(err, "%s: path too long", path);
     }
-    size_t len;
-    char *text = fsdp_read_file(file, &len, rerr, sizeof rerr);
-    if (!text) return fsdp_errf(err, "%s", rerr);
-    int rc = fsdp_hf_config_parse(text, len, file, out, err);
-    free(text);
+    /* Jansson words an unreadable file its own way; say it as the other readers do. */
+    FILE *fp = fopen(file, "rb");
+    if (!fp) return fsdp_errf(err, "%s: %s", file, strerror(errno));
+    fclose(fp);
+    json_t *root = fsdp_json_load_path(file, err);
+    if (!root) return -1;
+    int rc = fsdp_hf_config_from_json(root, file, out, err);
+    json_decref(root);
     return rc;
 }
 
 /* ---- writing ------------------------------------------------------------------------------------ */
 
-/* The shortest decimal that reads back to the same float: 1e-05, not 9.9999997473787516e-06;
- * whole numbers as "500000.0" so Python readers see a float. */
-static void put_float(fsdp_sb *sb, const char *ind, const char *key, float x) {
-    char tmp[48];
-    if (x == (float)(long long)x && fabsf(x) < 1e15f) {
-        snprintf(tmp, sizeof tmp, "%.1f", (double)x);
-    } else {
-        for (int prec = 1; prec <= 9; prec++) {
-            snprintf(tmp, sizeof tmp, "%.*g", prec, (double)x);
-            if ((float)strtod(tmp, NULL) == x) break;
+static void put(json_t *obj, const char *key, json_t *v) {
+    if (!v || json_object_set_new(obj, key, v)) fsdp_fatal("out of host memory writing config.json");
+}
+
+static json_t *rope_scaling(const fsdp_model_config *c) {
+    json_t *o;
+    switch (c->rope_type) {
+    case FSDP_ROPE_LINEAR:
+        o = json_object();
+        put(o, "rope_type", json_string("linear"));
+        put(o, "factor", fsdp_json_float(c->rope_factor));
+        return o;
+    case FSDP_ROPE_LLAMA3:
+        o = json_object();
+        put(o, "rope_type", json_string("llama3"));
+        put(o, "factor", fsdp_json_float(c->rope_factor));
+        put(o, "low_freq_factor", fsdp_json_float(c->rope_low_freq_factor));
+        put(o, "high_freq_factor", fsdp_json_float(c->rope_high_freq_factor));
+        put(o, "original_max_position_embeddings", json_integer(c->rope_original_max_position));
+        return o;
+    default: return json_null();
+    }
+}
+
+json_t *fsdp_hf_config_json(const fsdp_model_config *c) {
+    const fsdp_family *fam = c->family;
+    json_t *o = json_object();
+    if (!o) fsdp_fatal("out of host memory writing config.json");
+    json_t *arch = json_array();
+    if (!arch || json_array_append_new(arch, json_string(fam->architecture)))
+        fsdp_fatal("out of host memory writing config.json");
+    put(o, "architectures", arch);
+    put(o, "model_type", json_string(fam->model_type));
+    put(o, "torch_dtype", json_string("float32"));
+    fsdp_model_config *cc = (fsdp_model_config *)c; /* field_at only reads here */
+    for (const fsdp_hf_field *fd = fam->fields; fd->key; fd++) {
+        if (fd->flags & FSDP_HF_UNWRITTEN) continue;
+        switch (fd->kind) {
+        case FSDP_HF_INT:
+        case FSDP_HF_SAME_AS: put(o, fd->key, json_integer(*(int *)field_at(cc, fd))); break;
+        case FSDP_HF_REAL:
+        case FSDP_HF_RATE: put(o, fd->key, fsdp_json_float(*(float *)field_at(cc, fd))); break;
+        case FSDP_HF_BOOL: put(o, fd->key, json_boolean(*(int *)field_at(cc, fd))); break;
+        case FSDP_HF_BIASES: put(o, fd->key, json_boolean((c->biases & fd->bits) == fd->bits)); break;
+        case FSDP_HF_TOKEN_ID: {
+            int id = *(int *)field_at(cc, fd);
+            put(o, fd->key, id >= 0 ? json_integer(id) : json_null());
+            break;
+        }
+        case FSDP_HF_ROPE:
+            put(o, "rope_theta", fsdp_json_float(c->rope_theta));
+            put(o, "rope_scaling", rope_scaling(c));
+            break;
+        case FSDP_HF_ONLY_BOOL: put(o, fd->key, json_boolean(fd->dflt != 0)); break;
+        case FSDP_HF_ONLY_NUMBER: put(o, fd->key, json_real(fd->dflt)); break;
+        case FSDP_HF_ONLY_STRING: put(o, fd->key, json_string(fd->text)); break;
+        case FSDP_HF_ONLY_STRINGS:
+        case FSDP_HF_IGNORED: break;
         }
     }
-    fsdp_sb_printf(sb, ",\n%s\"%s\": %s", ind, key, tmp);
-}
-
-static void put_int(fsdp_sb *sb, const char *ind, const char *key, int x) {
-    fsdp_sb_printf(sb, ",\n%s\"%s\": %d", ind, key, x);
-}
-
-static void put_bool(fsdp_sb *sb, const char *ind, const char *key, int b) {
-    fsdp_sb_printf(sb, ",\n%s\"%s\": %s", ind, key, b ? "true" : "false");
-}
-
-static void put_string(fsdp_sb *sb, const char *ind, const char *key, const char *v) {
-    fsdp_sb_printf(sb, ",\n%s\"%s\": \"%s\"", ind, key, v);
-}
-
-#define INDENT "  "
-#define INDENT2 "    "
-
-static void write_llama(const fsdp_model_config *c, fsdp_sb *sb) {
-    fsdp_sb_printf(sb, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\"");
-    put_string(sb, INDENT, "torch_dtype", "float32");
-    put_int(sb, INDENT, "vocab_size", c->vocab_size);
-    put_int(sb, INDENT, "hidden_size", c->hidden_size);
-    put_int(sb, INDENT, "intermediate_size", c->intermediate_size);
-    put_int(sb, INDENT, "num_hidden_layers", c->num_layers);
-    put_int(sb, INDENT, "num_attention_heads", c->num_heads);
-    put_int(sb, INDENT, "num_key_value_heads", c->num_kv_heads);
-    put_int(sb, INDENT, "head_dim", c->head_dim);
-    put_int(sb, INDENT, "max_position_embeddings", c->max_position_embeddings);
-    put_float(sb, INDENT, "rms_norm_eps", c->norm_eps);
-    put_float(sb, INDENT, "rope_theta", c->rope_theta);
-    if (c->rope_type == FSDP_ROPE_LLAMA3) {
-        fsdp_sb_printf(sb, ",\n  \"rope_scaling\": {\n    \"rope_type\": \"llama3\"");
-        put_float(sb, INDENT2, "factor", c->rope_factor);
-        put_float(sb, INDENT2, "low_freq_factor", c->rope_low_freq_factor);
-        put_float(sb, INDENT2, "high_freq_factor", c->rope_high_freq_factor);
-        put_int(sb, INDENT2, "original_max_position_embeddings", c->rope_original_max_position);
-        fsdp_sb_printf(sb, "\n  }");
-    } else {
-        fsdp_sb_printf(sb, ",\n  \"rope_scaling\": null");
-    }
-    put_bool(sb, INDENT, "tie_word_embeddings", c->tie_word_embeddings);
-    put_bool(sb, INDENT, "attention_bias", 0);
-    put_bool(sb, INDENT, "mlp_bias", 0);
-    put_string(sb, INDENT, "hidden_act", "silu");
-    put_float(sb, INDENT, "initializer_range", c->initializer_range);
-    /* fsdp.c trains without dropout; say so, since transformers would otherwise use its default. */
-    put_float(sb, INDENT, "attention_dropout", 0.0f);
-    fsdp_sb_printf(sb, "\n}\n");
-}
-
-static void write_opt(const fsdp_model_config *c, fsdp_sb *sb) {
-    fsdp_sb_printf(sb, "{\n  \"architectures\": [\"OPTForCausalLM\"],\n  \"model_type\": \"opt\"");
-    put_string(sb, INDENT, "torch_dtype", "float32");
-    put_int(sb, INDENT, "vocab_size", c->vocab_size);
-    put_int(sb, INDENT, "hidden_size", c->hidden_size);
-    put_int(sb, INDENT, "ffn_dim", c->intermediate_size);
-    put_int(sb, INDENT, "num_hidden_layers", c->num_layers);
-    put_int(sb, INDENT, "num_attention_heads", c->num_heads);
-    put_int(sb, INDENT, "max_position_embeddings", c->max_position_embeddings);
-    put_bool(sb, INDENT, "do_layer_norm_before", 1);
-    put_int(sb, INDENT, "word_embed_proj_dim", c->hidden_size);
-    put_string(sb, INDENT, "activation_function", "relu");
-    put_bool(sb, INDENT, "enable_bias", c->enable_bias);
-    put_bool(sb, INDENT, "layer_norm_elementwise_affine", 1);
-    put_bool(sb, INDENT, "tie_word_embeddings", c->tie_word_embeddings);
-    put_float(sb, INDENT, "init_std", c->initializer_range);
-    /* OPTConfig defaults to dropout 0.1; fsdp.c trains without dropout. */
-    put_float(sb, INDENT, "dropout", 0.0f);
-    put_float(sb, INDENT, "attention_dropout", 0.0f);
-    put_float(sb, INDENT, "activation_dropout", 0.0f);
-    put_float(sb, INDENT, "layerdrop", 0.0f);
-    fsdp_sb_printf(sb, "\n}\n");
-}
-
-#undef INDENT
-#undef INDENT2
-
-/* The special token ids, when the config has them, before the closing brace. */
-static void put_token_ids(const fsdp_model_config *c, fsdp_sb *sb) {
-    sb->len -= 3; /* "\n}\n" */
-    if (c->bos_token_id >= 0) put_int(sb, "  ", "bos_token_id", c->bos_token_id);
-    if (c->eos_token_id >= 0) put_int(sb, "  ", "eos_token_id", c->eos_token_id);
-    if (c->pad_token_id >= 0) put_int(sb, "  ", "pad_token_id", c->pad_token_id);
-    fsdp_sb_printf(sb, "\n}\n");
+    return o;
 }
 
 int fsdp_hf_config_write(const fsdp_model_config *cfg, char *buf, size_t cap) {
-    fsdp_sb sb;
-    fsdp_sb_init(&sb);
-    if (cfg->family == FSDP_FAMILY_OPT)
-        write_opt(cfg, &sb);
-    else
-        write_llama(cfg, &sb);
-    put_token_ids(cfg, &sb);
+    json_t *o = fsdp_hf_config_json(cfg);
+    /* 9 significant digits print every float-valued field as its shortest decimal (fsdp_json_float). */
+    char *text = fsdp_json_text(o, 2, 9);
+    json_decref(o);
+    if (!text) fsdp_fatal("out of host memory writing config.json");
+    size_t n = strlen(text);
     int rc = -1;
-    if (sb.len < cap && sb.len <= INT_MAX) {
-        memcpy(buf, sb.buf, sb.len + 1);
-        rc = (int)sb.len;
+    if (n + 1 < cap && n + 1 <= INT_MAX) {
+        memcpy(buf, text, n);
+        buf[n] = '\n';
+        buf[n + 1] = 0;
+        rc = (int)(n + 1);
     }
-    fsdp_sb_free(&sb);
+    free(text);
     return rc;
 }

@@ -13,11 +13,13 @@ typedef struct {
 
 /* Rows of a flat row-major [rows x C] block that starts at element `base` of a flat array: entry n
  * of a scatter-add goes to row rows[n], or to row offset + n % period when rows is NULL (learned
- * positions: every sequence of `period` tokens covers the same rows). */
+ * positions: every sequence of `period` tokens covers the same rows). With rows, an entry whose row
+ * is `skip` adds nothing (a token embedding's padding_idx); skip < 0: none. */
 typedef struct {
     int64_t base;
     const int32_t *rows;
     int offset, period;
+    int skip;
 } fsdp_row_set;
 
 #define FSDP_MAX_ROW_SETS 2

@@ -17,12 +17,14 @@
 
 void cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int pos_offset,
                            int N, int T, int C);
-void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int pos_offset,
-                            int N, int T, int C);
+/* padding_idx: the token row that gets no gradient (nn.Embedding's padding_idx), -1 for none. */
+void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int padding_idx,
+                            int pos_offset, int N, int T, int C);
 
 /* dst[e - window_start] += values[n * C + c] for e = set.base + row(n) * C + c of every row set, when e
- * lies in [window_start, window_start + window_len): the part of a scatter-add that lands in one
- * rank's shard of a flat buffer. Deterministic: rows are visited in order. */
+ * lies in [window_start, window_start + window_len) and row(n) is not the set's skip row: the part
+ * of a scatter-add that lands in one rank's shard of a flat buffer. Deterministic: rows are
+ * visited in order. */
 void cpu_add_rows(float *dst, int64_t window_start, int64_t window_len, const fsdp_row_set *sets, int nsets,
                   const float *values, int N, int C);
 

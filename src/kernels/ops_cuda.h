@@ -27,10 +27,11 @@ extern "C" {
 /* ---- embeddings ---- */
 void fsdp_cuda_embedding_forward(void *out, const int32_t *tokens, const void *wte, const void *wpe, int pos_offset,
                                  int N, int T, int C, fsdp_dtype act, cudaStream_t s);
-/* dwte/dwpe accumulate; rows hit by several tokens are summed (atomics in fp32 are acceptable here:
+/* dwte/dwpe accumulate (no token gradient for padding_idx, -1: none); rows hit by several tokens are summed (atomics in fp32 are acceptable here:
  * the order of a few additions into one row is the only non-determinism allowed in this file). */
-void fsdp_cuda_embedding_backward(void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int pos_offset,
-                                  int N, int T, int C, fsdp_dtype act, fsdp_dtype grad, cudaStream_t s);
+void fsdp_cuda_embedding_backward(void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int padding_idx,
+                                  int pos_offset, int N, int T, int C, fsdp_dtype act, fsdp_dtype grad,
+                                  cudaStream_t s);
 /* The CUDA twin of cpu_add_rows (values in `act`, dst fp32); atomics, so the order of additions
  * into one element is not fixed. */
 void fsdp_cuda_add_rows(float *dst, int64_t window_start, int64_t window_len, const fsdp_row_set *sets, int nsets,

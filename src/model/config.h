@@ -1,55 +1,67 @@
-/* Model shapes: the decoder-only families fsdp.c trains and the presets it knows by name.
+/* A model's configuration: its family (src/model/family.h) and the values of one model of it.
  *
- * A config comes from a preset (fsdp_model_preset) or from a Hugging Face config.json
- * (src/io/hf_config.c). fsdp_model_config_validate says, in one line, what is unsupported. */
+ * A config comes from a preset (fsdp_model_preset; presets live in the family files) or from a
+ * Hugging Face config.json (src/io/hf_config.c). fsdp_model_config_validate says, in one line,
+ * what fsdp.c cannot train. Shapes, parameter counts and FLOPs derive from the family descriptor
+ * and these values. */
 #ifndef FSDP_MODEL_CONFIG_H
 #define FSDP_MODEL_CONFIG_H
 
 #include "../base/error.h"
+#include "family.h"
 
-typedef enum { FSDP_FAMILY_LLAMA = 0, FSDP_FAMILY_OPT = 1 } fsdp_family;
-typedef enum { FSDP_ROPE_DEFAULT = 0, FSDP_ROPE_LLAMA3 = 1 } fsdp_rope_type;
+typedef enum { FSDP_ROPE_DEFAULT = 0, FSDP_ROPE_LLAMA3 = 1, FSDP_ROPE_LINEAR = 2 } fsdp_rope_type;
 
-typedef struct {
-    fsdp_family family;
+typedef struct fsdp_model_config {
+    const fsdp_family *family;
     char name[64];              /* preset name or the config file's model_type/path, for messages */
     int vocab_size;
     int hidden_size;
-    int intermediate_size;      /* Llama intermediate_size, OPT ffn_dim */
+    int intermediate_size;      /* intermediate_size (Llama, Qwen2), ffn_dim (OPT) */
     int num_layers;
     int num_heads;
-    int num_kv_heads;           /* == num_heads for OPT and Llama-2-7B */
-    int head_dim;               /* hidden_size / num_heads unless the config says otherwise */
+    int num_kv_heads;           /* 0 before derivation: num_heads */
+    int head_dim;               /* 0 before derivation: hidden_size / num_heads */
     int max_position_embeddings;
-    float norm_eps;             /* rms_norm_eps (Llama) or 1e-5 (OPT LayerNorm) */
+    float norm_eps;
     int tie_word_embeddings;
-    float initializer_range;    /* std of the normal init of matrices and embeddings (HF: 0.02) */
-    /* Llama rotary embedding */
+    unsigned biases;            /* FSDP_BIAS_*: the projections that carry a bias */
+    float initializer_range;    /* std of the normal init of matrices and embeddings */
+    /* Rotary embedding (FSDP_POS_ROPE families) */
     float rope_theta;
     fsdp_rope_type rope_type;
-    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    float rope_factor;          /* linear and llama3 */
+    float rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position;
-    /* OPT */
-    int enable_bias;            /* biases on every linear layer (OPT: 1, Llama: 0) */
-    /* Special token ids of the Hugging Face config, -1 when absent (generation, padding). */
+    /* Dropout probabilities as the config states them (kept and written back; applied by the
+     * trainer's dropout, not here). OPT: dropout after attention and the MLP; attention_dropout
+     * on the probabilities; activation_dropout, which transformers' OPT never applies. */
+    float dropout, attention_dropout, activation_dropout;
+    /* Special token ids, -1 when none. pad_token_id is also the embedding's padding_idx. */
     int bos_token_id, eos_token_id, pad_token_id;
 } fsdp_model_config;
 
-/* Fills `out` with the named preset ("llama-3.2-1b", "llama-2-7b", "opt-1.3b", "tiny-llama",
- * "tiny-opt"; case-insensitive). Returns -1 when the name is unknown. */
+/* Fills `out` with the named preset (case-insensitive). Returns -1 when the name is unknown. */
 int fsdp_model_preset(const char *name, fsdp_model_config *out);
 /* NULL-terminated list of preset names, for help text and error messages. */
 const char *const *fsdp_model_preset_names(void);
-/* Checks that the shape is one fsdp.c can train; returns -1 with a message naming the field. */
+/* Fills the derived values (num_kv_heads, head_dim) left 0 by a reader; -1 with a message naming
+ * the field when they cannot be derived. */
+int fsdp_model_config_derive(fsdp_model_config *cfg, fsdp_err *err);
+/* Checks that the model is one fsdp.c can train; returns -1 with a message naming the field. */
 int fsdp_model_config_validate(const fsdp_model_config *cfg, fsdp_err *err);
-/* 1 when two configs describe the same architecture and shapes (the name is ignored). */
+/* 1 when two configs describe the same parameters: family, shapes, biases, tying (the name and
+ * non-shape values such as epsilons or token ids are ignored). */
 int fsdp_model_config_same_shape(const fsdp_model_config *a, const fsdp_model_config *b);
-/* One-line description: "llama, 16 layers, hidden 2048, 32/8 heads, ffn 8192, vocab 128256, tied". */
+/* One line: "qwen2, 24 layers, hidden 896, 14/2 heads of 64, ffn 4864, vocab 151936, tied embeddings,
+ * biases on q/k/v". */
 void fsdp_model_config_describe(const fsdp_model_config *cfg, char *buf, int cap);
 /* FLOPs per token for training (forward+backward), the reference's formula:
  * 6 * (matrix-product parameters, LM head once) + 6 * layers * hidden * seq. */
 double fsdp_model_flops_per_token(const fsdp_model_config *cfg, int seq);
-/* Total number of parameters (tied embeddings counted once). */
+/* Total number of parameters (tied embeddings counted once, biases and norms included). */
 long long fsdp_model_num_params(const fsdp_model_config *cfg);
+/* The embedding row that gets no gradient from input tokens (transformers' padding_idx), or -1. */
+int fsdp_model_padding_idx(const fsdp_model_config *cfg);
 
 #endif

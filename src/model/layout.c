@@ -1,7 +1,6 @@
-/* Parameter names, shapes and unit layout for the Llama and OPT families. */
+/* Parameter names, shapes and unit layout, from the family descriptor. */
 #include "layout.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,30 +10,40 @@
 
 typedef struct {
     fsdp_layout *l;
+    const fsdp_family *f;
+    int layer;
     int cap;
     int64_t unit_offset; /* running offset inside the current unit */
 } builder;
 
-static void add_param(builder *b, int decay, int64_t rows, int64_t cols, const char *fmt, ...) {
+/* Adds module `mod`'s weight or bias: [rows, cols] (cols 0: a vector). Matrices and embeddings take
+ * weight decay; biases and norm weights do not (AdamW as the reference trains). */
+static void add_param(builder *b, fsdp_module mod, int is_bias, int64_t rows, int64_t cols) {
     fsdp_layout *l = b->l;
+    const char *path = b->f->modules[mod];
+    FSDP_ASSERT(path != NULL);
     if (l->num_params == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 64;
         l->params = realloc(l->params, (size_t)b->cap * sizeof *l->params);
         if (!l->params) fsdp_fatal("out of host memory building the parameter layout");
     }
-    fsdp_param_desc *p = &l->params[l->num_params++];
+    fsdp_param_desc *p = &l->params[l->num_params];
     memset(p, 0, sizeof *p);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->name, sizeof p->name, fmt, ap);
-    va_end(ap);
+    char module_name[80];
+    snprintf(module_name, sizeof module_name, path, b->layer);
+    snprintf(p->name, sizeof p->name, "%s.%s", module_name, is_bias ? "bias" : "weight");
     p->ndim = cols > 0 ? 2 : 1;
     p->shape[0] = rows;
     p->shape[1] = cols > 0 ? cols : 1;
     p->numel = rows * p->shape[1];
     p->unit = l->num_units - 1;
     p->offset = b->unit_offset;
-    p->decay = decay;
+    p->decay = cols > 0;
+    p->module = mod;
+    p->is_bias = is_bias;
+    fsdp_unit_desc *u = &l->units[p->unit];
+    (is_bias ? u->bias : u->weight)[mod] = l->num_params;
+    l->num_params++;
     b->unit_offset += p->numel;
 }
 
@@ -44,7 +53,16 @@ static void begin_unit(builder *b, fsdp_unit_kind kind, int layer) {
     u->kind = kind;
     u->layer = layer;
     u->first_param = l->num_params;
+    for (int m = 0; m < FSDP_MOD_COUNT; m++) u->weight[m] = u->bias[m] = -1;
+    b->layer = layer;
     b->unit_offset = 0;
+}
+
+/* Tensors the model runs as one product must follow each other in the flat buffer. */
+static void assert_adjacent(const fsdp_layout *l, const int *idx, fsdp_module a, fsdp_module next) {
+    if (idx[a] < 0 || idx[next] < 0) return;
+    const fsdp_param_desc *p = &l->params[idx[a]], *q = &l->params[idx[next]];
+    FSDP_ASSERT(q->offset == p->offset + p->numel);
 }
 
 static void end_unit(builder *b) {
@@ -60,79 +78,68 @@ static void end_unit(builder *b) {
             u->decay_numel += p->numel;
         }
     }
+    for (int bias = 0; bias < 2; bias++) {
+        const int *idx = bias ? u->bias : u->weight;
+        assert_adjacent(l, idx, FSDP_MOD_Q, FSDP_MOD_K);
+        assert_adjacent(l, idx, FSDP_MOD_K, FSDP_MOD_V);
+        assert_adjacent(l, idx, FSDP_MOD_GATE, FSDP_MOD_UP);
+    }
     l->total_numel += u->numel;
 }
 
-static void llama_block(builder *b, const fsdp_model_config *c, int i) {
+static void block(builder *b, const fsdp_model_config *c) {
+    const fsdp_family *f = b->f;
     int64_t C = c->hidden_size, F = c->intermediate_size;
     int64_t q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
-    const char *pre = "model.layers";
-    add_param(b, 1, q, C, "%s.%d.self_attn.q_proj.weight", pre, i);
-    add_param(b, 1, kv, C, "%s.%d.self_attn.k_proj.weight", pre, i);
-    add_param(b, 1, kv, C, "%s.%d.self_attn.v_proj.weight", pre, i);
-    add_param(b, 1, C, q, "%s.%d.self_attn.o_proj.weight", pre, i);
-    add_param(b, 1, F, C, "%s.%d.mlp.gate_proj.weight", pre, i);
-    add_param(b, 1, F, C, "%s.%d.mlp.up_proj.weight", pre, i);
-    add_param(b, 1, C, F, "%s.%d.mlp.down_proj.weight", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.input_layernorm.weight", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.post_attention_layernorm.weight", pre, i);
-}
-
-static void opt_block(builder *b, const fsdp_model_config *c, int i) {
-    int64_t C = c->hidden_size, F = c->intermediate_size;
-    const char *pre = "model.decoder.layers";
-    add_param(b, 1, C, C, "%s.%d.self_attn.q_proj.weight", pre, i);
-    add_param(b, 1, C, C, "%s.%d.self_attn.k_proj.weight", pre, i);
-    add_param(b, 1, C, C, "%s.%d.self_attn.v_proj.weight", pre, i);
-    add_param(b, 1, C, C, "%s.%d.self_attn.out_proj.weight", pre, i);
-    add_param(b, 1, F, C, "%s.%d.fc1.weight", pre, i);
-    add_param(b, 1, C, F, "%s.%d.fc2.weight", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.self_attn.q_proj.bias", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.self_attn.k_proj.bias", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.self_attn.v_proj.bias", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.self_attn.out_proj.bias", pre, i);
-    add_param(b, 0, F, 0, "%s.%d.fc1.bias", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.fc2.bias", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.self_attn_layer_norm.weight", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.self_attn_layer_norm.bias", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.final_layer_norm.weight", pre, i);
-    add_param(b, 0, C, 0, "%s.%d.final_layer_norm.bias", pre, i);
+    int swiglu = f->mlp == FSDP_MLP_SWIGLU;
+    add_param(b, FSDP_MOD_Q, 0, q, C);
+    add_param(b, FSDP_MOD_K, 0, kv, C);
+    add_param(b, FSDP_MOD_V, 0, kv, C);
+    add_param(b, FSDP_MOD_O, 0, C, q);
+    if (swiglu) add_param(b, FSDP_MOD_GATE, 0, F, C);
+    add_param(b, FSDP_MOD_UP, 0, F, C);
+    add_param(b, FSDP_MOD_DOWN, 0, C, F);
+    if (c->biases & FSDP_BIAS_QKV) {
+        add_param(b, FSDP_MOD_Q, 1, q, 0);
+        add_param(b, FSDP_MOD_K, 1, kv, 0);
+        add_param(b, FSDP_MOD_V, 1, kv, 0);
+    }
+    if (c->biases & FSDP_BIAS_O) add_param(b, FSDP_MOD_O, 1, C, 0);
+    if (c->biases & FSDP_BIAS_MLP) {
+        if (swiglu) add_param(b, FSDP_MOD_GATE, 1, F, 0);
+        add_param(b, FSDP_MOD_UP, 1, F, 0);
+        add_param(b, FSDP_MOD_DOWN, 1, C, 0);
+    }
+    int layer_norm = f->norm == FSDP_NORM_LAYER;
+    add_param(b, FSDP_MOD_NORM_ATTN, 0, C, 0);
+    if (layer_norm) add_param(b, FSDP_MOD_NORM_ATTN, 1, C, 0);
+    add_param(b, FSDP_MOD_NORM_MLP, 0, C, 0);
+    if (layer_norm) add_param(b, FSDP_MOD_NORM_MLP, 1, C, 0);
 }
 
 void fsdp_layout_build(const fsdp_model_config *c, fsdp_layout *out) {
     memset(out, 0, sizeof *out);
     out->units = fsdp_xcalloc((size_t)c->num_layers + 2, sizeof *out->units, "the unit layout");
-    builder b = {out, 0, 0};
+    const fsdp_family *f = c->family;
+    builder b = {out, f, -1, 0, 0};
     int64_t C = c->hidden_size, V = c->vocab_size;
-    int llama = c->family == FSDP_FAMILY_LLAMA;
 
     begin_unit(&b, FSDP_UNIT_EMBED, -1);
-    if (llama) {
-        add_param(&b, 1, V, C, "model.embed_tokens.weight");
-    } else {
-        add_param(&b, 1, V, C, "model.decoder.embed_tokens.weight");
-        /* OPT's learned positions are offset by 2 (a fairseq legacy), hence two extra rows. */
-        add_param(&b, 1, (int64_t)c->max_position_embeddings + 2, C, "model.decoder.embed_positions.weight");
-    }
+    add_param(&b, FSDP_MOD_EMBED_TOKENS, 0, V, C);
+    if (f->pos == FSDP_POS_LEARNED)
+        add_param(&b, FSDP_MOD_EMBED_POSITIONS, 0, (int64_t)c->max_position_embeddings + f->pos_offset, C);
     end_unit(&b);
 
     for (int i = 0; i < c->num_layers; i++) {
         begin_unit(&b, FSDP_UNIT_BLOCK, i);
-        if (llama)
-            llama_block(&b, c, i);
-        else
-            opt_block(&b, c, i);
+        block(&b, c);
         end_unit(&b);
     }
 
     begin_unit(&b, FSDP_UNIT_HEAD, -1);
-    if (!c->tie_word_embeddings) add_param(&b, 1, V, C, "lm_head.weight");
-    if (llama) {
-        add_param(&b, 0, C, 0, "model.norm.weight");
-    } else {
-        add_param(&b, 0, C, 0, "model.decoder.final_layer_norm.weight");
-        add_param(&b, 0, C, 0, "model.decoder.final_layer_norm.bias");
-    }
+    if (!c->tie_word_embeddings) add_param(&b, FSDP_MOD_LM_HEAD, 0, V, C);
+    add_param(&b, FSDP_MOD_NORM_FINAL, 0, C, 0);
+    if (f->norm == FSDP_NORM_LAYER) add_param(&b, FSDP_MOD_NORM_FINAL, 1, C, 0);
     end_unit(&b);
 }
 
@@ -154,16 +161,11 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
 float fsdp_param_init_value(const fsdp_model_config *c, const fsdp_param_desc *p, uint64_t seed, int64_t index) {
-    if (p->ndim == 1) {
-        /* Norm weights start at one; biases (and norm biases) at zero. */
-        if (ends_with(p->name, ".bias")) return 0.0f;
+    if (p->is_bias) return 0.0f;
+    if (p->module == FSDP_MOD_NORM_ATTN || p->module == FSDP_MOD_NORM_MLP || p->module == FSDP_MOD_NORM_FINAL)
         return 1.0f;
-    }
+    /* nn.Embedding(padding_idx=...) is initialised with that row zero (transformers' _init_weights). */
+    if (p->module == FSDP_MOD_EMBED_TOKENS && index / p->shape[1] == fsdp_model_padding_idx(c)) return 0.0f;
     return (float)(c->initializer_range * fsdp_rand_normal(seed, name_hash(p->name), (uint64_t)index));
 }

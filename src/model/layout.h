@@ -1,7 +1,9 @@
 /* The parameters of a model, their Hugging Face names and shapes, and how they are grouped into
- * FSDP units with one flat buffer each.
+ * FSDP units with one flat buffer each. Everything here derives from the family descriptor
+ * (family.h) and the config: names from its module table, which biases and norm parameters exist
+ * from its kinds and the config's biases.
  *
- * Units, in forward order: EMBED (token embeddings; OPT also learned positions), one BLOCK per
+ * Units, in forward order: EMBED (token embeddings; learned positions too), one BLOCK per
  * transformer layer, HEAD (final norm; the LM head matrix when it is not tied). With tied
  * embeddings the head reads the EMBED unit's token embedding.
  *
@@ -9,11 +11,12 @@
  * before every parameter that does not (norm weights, biases), so a unit's shard splits into at most
  * two optimizer ranges at `decay_numel`; and (2) weights applied to the same input are adjacent, so
  * the model can run them as one product: q,k,v rows form one [(Hq+2Hkv)*D, C] matrix (and their
- * biases one vector), gate and up one [2F, C] matrix.
+ * biases one vector), gate and up one [2F, C] matrix (and their biases one vector).
  *
- * Llama block: q k v o gate up down | input_layernorm post_attention_layernorm
- * OPT block:   q k v out fc1 fc2 | q.bias k.bias v.bias out.bias fc1.bias fc2.bias
- *              self_attn_layer_norm.{weight,bias} final_layer_norm.{weight,bias} */
+ * Block: q k v o [gate] up down | [q k v biases] [o bias] [gate up down biases]
+ *        norm_attn.weight [.bias] norm_mlp.weight [.bias]
+ * (Llama: no biases unless attention_bias/mlp_bias; Qwen2: q/k/v biases; OPT: every bias unless
+ * enable_bias is false, LayerNorm biases.) */
 #ifndef FSDP_MODEL_LAYOUT_H
 #define FSDP_MODEL_LAYOUT_H
 
@@ -31,6 +34,8 @@ typedef struct {
     int unit;          /* owning unit */
     int64_t offset;    /* element offset inside the unit's flat buffer */
     int decay;         /* weight decay applies */
+    fsdp_module module;
+    int is_bias;       /* the module's .bias (else its .weight) */
 } fsdp_param_desc;
 
 typedef struct {
@@ -40,6 +45,7 @@ typedef struct {
     int num_params;
     int64_t numel;       /* sum of the parameters' numel (no padding) */
     int64_t decay_numel; /* elements [0, decay_numel) take weight decay, the rest do not */
+    int weight[FSDP_MOD_COUNT], bias[FSDP_MOD_COUNT]; /* parameter index of each module's tensors, or -1 */
 } fsdp_unit_desc;
 
 typedef struct {
@@ -60,9 +66,10 @@ static inline int fsdp_unit_embed(const fsdp_layout *l) { (void)l; return 0; }
 static inline int fsdp_unit_block(const fsdp_layout *l, int layer) { (void)l; return 1 + layer; }
 static inline int fsdp_unit_head(const fsdp_layout *l) { return l->num_units - 1; }
 
-/* Initial value of element `index` (row-major) of parameter `p`: normal(0, initializer_range) for
- * matrices and embeddings, 1 for norm weights, 0 for biases; a pure function of (seed, name, index)
- * so that any sharding initialises the same model. */
+/* Initial value of element `index` (row-major) of parameter `p`, as transformers initialises a
+ * fresh model: normal(0, initializer_range) for matrices and embeddings (the padding_idx row of the
+ * token embedding 0), 1 for norm weights, 0 for biases. A pure function of (seed, name, index), so
+ * that any sharding initialises the same model. */
 float fsdp_param_init_value(const fsdp_model_config *cfg, const fsdp_param_desc *p, uint64_t seed, int64_t index);
 
 #endif

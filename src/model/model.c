@@ -1,4 +1,5 @@
-/* Forward and backward of the Llama and OPT units over the backend's ops. */
+/* Forward and backward of the units over the backend's ops; what varies between families (norm,
+ * MLP, positions, biases) comes from the family descriptor. */
 #include "model.h"
 
 #include <math.h>
@@ -21,8 +22,8 @@ typedef struct {
     void *res_mid;          /* [N,C] after the attention residual add */
     void *ln2;
     float *ln2_mean, *ln2_rstd;
-    void *fc;               /* Llama: gate|up [N,2F]; OPT: relu(fc1) [N,F] */
-    void *fc_act;           /* Llama: swiglu output [N,F]; OPT: == fc */
+    void *fc;               /* SwiGLU: gate|up [N,2F]; ReLU: relu(fc1) [N,F] */
+    void *fc_act;           /* SwiGLU: its output [N,F]; ReLU: == fc */
 } layer_acts;
 
 struct fsdp_model {
@@ -32,7 +33,9 @@ struct fsdp_model {
     int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V;
     int chunk_rows;
     fsdp_attn attn;
-    int llama;
+    int rms, swiglu, rope; /* the family's norm, MLP and position kinds */
+    int pos_offset;        /* learned positions: table row of position 0 */
+    int padding_idx;       /* token embedding row without input gradient, or -1 */
     size_t ae, ge; /* bytes per act / grad element */
 
     void *arena;
@@ -62,7 +65,7 @@ static void *carve(carver *c, size_t bytes) {
 }
 
 typedef struct {
-    int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V, L, chunk, llama;
+    int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V, L, chunk, rms, swiglu;
     fsdp_attn attn;
     size_t ae;
 } dims;
@@ -73,7 +76,8 @@ static dims make_dims(const fsdp_model_config *cfg, const fsdp_model_shape *s, s
     d.C = cfg->hidden_size, d.F = cfg->intermediate_size;
     d.Hq = cfg->num_heads, d.Hkv = cfg->num_kv_heads, d.D = cfg->head_dim;
     d.Q = d.Hq * d.D, d.QKV = (d.Hq + 2 * d.Hkv) * d.D, d.V = cfg->vocab_size, d.L = cfg->num_layers;
-    d.llama = cfg->family == FSDP_FAMILY_LLAMA;
+    d.rms = cfg->family->norm == FSDP_NORM_RMS;
+    d.swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU;
     d.attn = s->attn;
     d.ae = ae;
     int chunk = s->head_chunk_rows;
@@ -89,7 +93,7 @@ static dims make_dims(const fsdp_model_config *cfg, const fsdp_model_shape *s, s
 
 static void plan(carver *c, const dims *d, fsdp_model *m) {
     size_t N = (size_t)d->N, ae = d->ae;
-    size_t fc_cols = d->llama ? 2 * (size_t)d->F : (size_t)d->F;
+    size_t fc_cols = d->swiglu ? 2 * (size_t)d->F : (size_t)d->F;
     int32_t *tokens = carve(c, N * sizeof(int32_t));
     int32_t *targets = carve(c, N * sizeof(int32_t));
     float *cos_sin = carve(c, (size_t)d->T * d->D * sizeof(float));
@@ -98,7 +102,7 @@ static void plan(carver *c, const dims *d, fsdp_model *m) {
         memset(&a, 0, sizeof a);
         a.res_in = carve(c, N * d->C * ae);
         a.ln1 = carve(c, N * d->C * ae);
-        if (!d->llama) a.ln1_mean = carve(c, N * sizeof(float));
+        if (!d->rms) a.ln1_mean = carve(c, N * sizeof(float));
         a.ln1_rstd = carve(c, N * sizeof(float));
         a.qkv = carve(c, N * d->QKV * ae);
         a.att = carve(c, N * d->Q * ae);
@@ -106,22 +110,22 @@ static void plan(carver *c, const dims *d, fsdp_model *m) {
         if (d->attn == FSDP_ATTN_EAGER) a.probs = carve(c, (size_t)d->B * d->Hq * d->T * d->T * ae);
         a.res_mid = carve(c, N * d->C * ae);
         a.ln2 = carve(c, N * d->C * ae);
-        if (!d->llama) a.ln2_mean = carve(c, N * sizeof(float));
+        if (!d->rms) a.ln2_mean = carve(c, N * sizeof(float));
         a.ln2_rstd = carve(c, N * sizeof(float));
         a.fc = carve(c, N * fc_cols * ae);
-        a.fc_act = d->llama ? carve(c, N * d->F * ae) : a.fc;
+        a.fc_act = d->swiglu ? carve(c, N * d->F * ae) : a.fc;
         if (m) m->layers[l] = a;
     }
     void *res_out = carve(c, N * d->C * ae);
     void *lnf = carve(c, N * d->C * ae);
-    float *lnf_mean = d->llama ? NULL : carve(c, N * sizeof(float));
+    float *lnf_mean = d->rms ? NULL : carve(c, N * sizeof(float));
     float *lnf_rstd = carve(c, N * sizeof(float));
     void *dres = carve(c, N * d->C * ae);
     void *dln = carve(c, N * d->C * ae);
     void *dqkv = carve(c, N * d->QKV * ae);
     void *datt = carve(c, N * d->Q * ae);
     void *dfc = carve(c, N * fc_cols * ae);
-    void *dh = d->llama ? carve(c, N * d->F * ae) : NULL;
+    void *dh = d->swiglu ? carve(c, N * d->F * ae) : NULL;
     void *logits = carve(c, (size_t)d->chunk * d->V * ae);
     float *losses = carve(c, N * sizeof(float));
     if (m) {
@@ -144,9 +148,10 @@ size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_mode
 void fsdp_model_rope_table(const fsdp_model_config *cfg, int T, float *out) {
     int half = cfg->head_dim / 2;
     for (int i = 0; i < half; i++) {
-        /* inv_freq as transformers computes it, then the llama3 rule: long wavelengths are slowed
-         * by `factor`, short ones kept, and the band between blended smoothly. */
+        /* inv_freq as transformers computes it; linear scaling divides it by `factor`; the llama3
+         * rule slows long wavelengths by `factor`, keeps short ones, and blends the band between. */
         double inv_freq = 1.0 / pow((double)cfg->rope_theta, (2.0 * i) / cfg->head_dim);
+        if (cfg->rope_type == FSDP_ROPE_LINEAR) inv_freq /= cfg->rope_factor;
         if (cfg->rope_type == FSDP_ROPE_LLAMA3) {
             double factor = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
             double old_ctx = cfg->rope_original_max_position;
@@ -175,9 +180,9 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
         fsdp_errf(err, "micro-batch size and sequence length must be positive");
         return NULL;
     }
-    if (cfg->family == FSDP_FAMILY_OPT && shape->seq > cfg->max_position_embeddings) {
-        fsdp_usagef(err, "--seq %d exceeds the model's max_position_embeddings %d (OPT has learned positions)",
-                  shape->seq, cfg->max_position_embeddings);
+    if (cfg->family->pos == FSDP_POS_LEARNED && shape->seq > cfg->max_position_embeddings) {
+        fsdp_usagef(err, "--seq %d exceeds the model's max_position_embeddings %d (%s has learned positions)",
+                    shape->seq, cfg->max_position_embeddings, cfg->family->model_type);
         return NULL;
     }
     if ((long long)shape->batch * shape->seq > (1LL << 30)) {
@@ -192,7 +197,10 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
     m->ge = be->dtype_size(be, be->grad_dtype);
     dims d = make_dims(cfg, shape, m->ae);
     m->B = d.B, m->T = d.T, m->N = d.N, m->C = d.C, m->F = d.F, m->Hq = d.Hq, m->Hkv = d.Hkv, m->D = d.D;
-    m->QKV = d.QKV, m->Q = d.Q, m->V = d.V, m->chunk_rows = d.chunk, m->attn = d.attn, m->llama = d.llama;
+    m->QKV = d.QKV, m->Q = d.Q, m->V = d.V, m->chunk_rows = d.chunk, m->attn = d.attn;
+    m->rms = d.rms, m->swiglu = d.swiglu, m->rope = cfg->family->pos == FSDP_POS_ROPE;
+    m->pos_offset = cfg->family->pos_offset;
+    m->padding_idx = fsdp_model_padding_idx(cfg);
     m->layers = fsdp_xcalloc((size_t)cfg->num_layers, sizeof *m->layers, "layer activations");
 
     carver c = {NULL, 0};
@@ -224,58 +232,45 @@ const void *fsdp_model_final_hidden(const fsdp_model *m) { return m->lnf; }
 
 /* ---- parameter addressing inside a unit's flat buffer ---- */
 
-static const fsdp_param_desc *unit_param(const fsdp_model *m, int unit, int k) {
+/* Module `mod`'s weight (or bias) inside unit `unit`'s flat buffer at `base`, or NULL when the
+ * model has no such tensor (a projection without bias, an RMSNorm's bias). */
+static void *param(const fsdp_model *m, int unit, fsdp_module mod, int bias, const void *base, size_t esize) {
     const fsdp_unit_desc *u = &m->layout->units[unit];
-    FSDP_ASSERT(k < u->num_params);
-    return &m->layout->params[u->first_param + k];
+    int i = bias ? u->bias[mod] : u->weight[mod];
+    if (i < 0) return NULL;
+    return (char *)base + (size_t)m->layout->params[i].offset * esize;
 }
-
-static void *at(const void *base, const fsdp_param_desc *p, size_t esize) {
-    return (char *)base + (size_t)p->offset * esize;
-}
-
-/* Indices of parameters inside a block, in layout order (src/model/layout.c). */
-enum { L_Q, L_K, L_V, L_O, L_GATE, L_UP, L_DOWN, L_LN1, L_LN2 };
-enum { O_Q, O_K, O_V, O_OUT, O_FC1, O_FC2, O_QB, O_KB, O_VB, O_OUTB, O_FC1B, O_FC2B, O_LN1W, O_LN1B, O_LN2W, O_LN2B };
 
 typedef struct {
-    void *wqkv, *wo, *w1, *w2;         /* Llama: w1 = gate|up, w2 = down; OPT: fc1, fc2 */
-    void *bqkv, *bo, *b1, *b2;         /* OPT only */
-    void *ln1w, *ln1b, *ln2w, *ln2b;   /* ln*b OPT only */
+    void *wqkv, *wo, *w1, *w2;       /* w1: gate|up (SwiGLU) or fc1 (ReLU); w2: down or fc2 */
+    void *bqkv, *bo, *b1, *b2;       /* NULL where the projection has no bias */
+    void *ln1w, *ln1b, *ln2w, *ln2b; /* ln*b: LayerNorm only */
 } block_ptrs;
 
 static block_ptrs block_view(const fsdp_model *m, int layer, const void *base, size_t esize) {
     int u = fsdp_unit_block(m->layout, layer);
+    /* q|k|v and gate|up are adjacent (layout.c), so the first of each is the fused tensor. */
+    fsdp_module first_fc = m->swiglu ? FSDP_MOD_GATE : FSDP_MOD_UP;
     block_ptrs p;
-    memset(&p, 0, sizeof p);
-    if (m->llama) {
-        p.wqkv = at(base, unit_param(m, u, L_Q), esize);
-        p.wo = at(base, unit_param(m, u, L_O), esize);
-        p.w1 = at(base, unit_param(m, u, L_GATE), esize);
-        p.w2 = at(base, unit_param(m, u, L_DOWN), esize);
-        p.ln1w = at(base, unit_param(m, u, L_LN1), esize);
-        p.ln2w = at(base, unit_param(m, u, L_LN2), esize);
-    } else {
-        p.wqkv = at(base, unit_param(m, u, O_Q), esize);
-        p.wo = at(base, unit_param(m, u, O_OUT), esize);
-        p.w1 = at(base, unit_param(m, u, O_FC1), esize);
-        p.w2 = at(base, unit_param(m, u, O_FC2), esize);
-        p.bqkv = at(base, unit_param(m, u, O_QB), esize);
-        p.bo = at(base, unit_param(m, u, O_OUTB), esize);
-        p.b1 = at(base, unit_param(m, u, O_FC1B), esize);
-        p.b2 = at(base, unit_param(m, u, O_FC2B), esize);
-        p.ln1w = at(base, unit_param(m, u, O_LN1W), esize);
-        p.ln1b = at(base, unit_param(m, u, O_LN1B), esize);
-        p.ln2w = at(base, unit_param(m, u, O_LN2W), esize);
-        p.ln2b = at(base, unit_param(m, u, O_LN2B), esize);
-    }
+    p.wqkv = param(m, u, FSDP_MOD_Q, 0, base, esize);
+    p.wo = param(m, u, FSDP_MOD_O, 0, base, esize);
+    p.w1 = param(m, u, first_fc, 0, base, esize);
+    p.w2 = param(m, u, FSDP_MOD_DOWN, 0, base, esize);
+    p.bqkv = param(m, u, FSDP_MOD_Q, 1, base, esize);
+    p.bo = param(m, u, FSDP_MOD_O, 1, base, esize);
+    p.b1 = param(m, u, first_fc, 1, base, esize);
+    p.b2 = param(m, u, FSDP_MOD_DOWN, 1, base, esize);
+    p.ln1w = param(m, u, FSDP_MOD_NORM_ATTN, 0, base, esize);
+    p.ln1b = param(m, u, FSDP_MOD_NORM_ATTN, 1, base, esize);
+    p.ln2w = param(m, u, FSDP_MOD_NORM_MLP, 0, base, esize);
+    p.ln2b = param(m, u, FSDP_MOD_NORM_MLP, 1, base, esize);
     return p;
 }
 
 static void norm_forward(fsdp_model *m, void *out, float *mean, float *rstd, const void *inp, const void *w,
                          const void *b) {
     fsdp_backend *be = m->be;
-    if (m->llama)
+    if (m->rms)
         be->rmsnorm_forward(be, out, rstd, inp, w, m->N, m->C, m->cfg.norm_eps);
     else
         be->layernorm_forward(be, out, mean, rstd, inp, w, b, m->N, m->C, m->cfg.norm_eps);
@@ -284,7 +279,7 @@ static void norm_forward(fsdp_model *m, void *out, float *mean, float *rstd, con
 static void norm_backward(fsdp_model *m, void *dinp, void *dw, void *db, const void *dout, const void *inp,
                           const void *w, const float *mean, const float *rstd) {
     fsdp_backend *be = m->be;
-    if (m->llama)
+    if (m->rms)
         be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, m->N, m->C);
     else
         be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, m->N, m->C);
@@ -299,10 +294,9 @@ static void *layer_output(fsdp_model *m, int layer) {
 void fsdp_model_embed_forward(fsdp_model *m, const void *embed_params) {
     fsdp_backend *be = m->be;
     int u = fsdp_unit_embed(m->layout);
-    const void *wte = at(embed_params, unit_param(m, u, 0), m->ae);
-    /* OPT positions start at 2 (fairseq's padding offset). */
-    const void *wpe = m->llama ? NULL : at(embed_params, unit_param(m, u, 1), m->ae);
-    be->embedding_forward(be, m->layers[0].res_in, m->tokens, wte, wpe, m->llama ? 0 : 2, m->N, m->T, m->C);
+    const void *wte = param(m, u, FSDP_MOD_EMBED_TOKENS, 0, embed_params, m->ae);
+    const void *wpe = param(m, u, FSDP_MOD_EMBED_POSITIONS, 0, embed_params, m->ae); /* NULL with RoPE */
+    be->embedding_forward(be, m->layers[0].res_in, m->tokens, wte, wpe, m->pos_offset, m->N, m->T, m->C);
 }
 
 void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
@@ -313,14 +307,14 @@ void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
 
     norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w.ln1w, w.ln1b);
     be->matmul_forward(be, a->qkv, a->ln1, w.wqkv, w.bqkv, NULL, N, C, m->QKV, 0);
-    if (m->llama) be->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
+    if (m->rope) be->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
     be->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D);
     be->matmul_forward(be, a->res_mid, a->att, w.wo, w.bo, a->res_in, N, m->Q, C, 0);
 
     norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w.ln2w, w.ln2b);
     void *out = layer_output(m, layer);
-    if (m->llama) {
-        be->matmul_forward(be, a->fc, a->ln2, w.w1, NULL, NULL, N, C, 2 * m->F, 0);
+    if (m->swiglu) {
+        be->matmul_forward(be, a->fc, a->ln2, w.w1, w.b1, NULL, N, C, 2 * m->F, 0);
         be->swiglu_forward(be, a->fc_act, a->fc, N, m->F);
     } else {
         be->matmul_forward(be, a->fc, a->ln2, w.w1, w.b1, NULL, N, C, m->F, 1);
@@ -334,23 +328,19 @@ void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, c
                      void *embed_grads, float grad_scale, float *loss_sum) {
     fsdp_backend *be = m->be;
     int hu = fsdp_unit_head(m->layout), eu = fsdp_unit_embed(m->layout);
-    const void *w_head, *normw, *normb = NULL;
-    void *dw_head, *dnormw, *dnormb = NULL;
-    int k = 0;
+    const void *w_head;
+    void *dw_head;
     if (m->cfg.tie_word_embeddings) {
-        w_head = at(embed_params, unit_param(m, eu, 0), m->ae);
-        dw_head = at(embed_grads, unit_param(m, eu, 0), m->ge);
+        w_head = param(m, eu, FSDP_MOD_EMBED_TOKENS, 0, embed_params, m->ae);
+        dw_head = param(m, eu, FSDP_MOD_EMBED_TOKENS, 0, embed_grads, m->ge);
     } else {
-        w_head = at(head_params, unit_param(m, hu, 0), m->ae);
-        dw_head = at(head_grads, unit_param(m, hu, 0), m->ge);
-        k = 1;
+        w_head = param(m, hu, FSDP_MOD_LM_HEAD, 0, head_params, m->ae);
+        dw_head = param(m, hu, FSDP_MOD_LM_HEAD, 0, head_grads, m->ge);
     }
-    normw = at(head_params, unit_param(m, hu, k), m->ae);
-    dnormw = at(head_grads, unit_param(m, hu, k), m->ge);
-    if (!m->llama) {
-        normb = at(head_params, unit_param(m, hu, k + 1), m->ae);
-        dnormb = at(head_grads, unit_param(m, hu, k + 1), m->ge);
-    }
+    const void *normw = param(m, hu, FSDP_MOD_NORM_FINAL, 0, head_params, m->ae);
+    const void *normb = param(m, hu, FSDP_MOD_NORM_FINAL, 1, head_params, m->ae);
+    void *dnormw = param(m, hu, FSDP_MOD_NORM_FINAL, 0, head_grads, m->ge);
+    void *dnormb = param(m, hu, FSDP_MOD_NORM_FINAL, 1, head_grads, m->ge);
 
     norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, normw, normb);
     for (int r0 = 0; r0 < m->N; r0 += m->chunk_rows) {
@@ -377,10 +367,10 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
     int N = m->N, C = m->C;
 
     /* MLP: dres is d(layer output); the residual path passes it through unchanged. */
-    if (m->llama) {
-        be->matmul_backward(be, m->dh, g.w2, NULL, m->dres, a->fc_act, w.w2, N, m->F, C);
+    if (m->swiglu) {
+        be->matmul_backward(be, m->dh, g.w2, g.b2, m->dres, a->fc_act, w.w2, N, m->F, C);
         be->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F);
-        be->matmul_backward(be, m->dln, g.w1, NULL, m->dfc, a->ln2, w.w1, N, C, 2 * m->F);
+        be->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, 2 * m->F);
     } else {
         be->matmul_backward(be, m->dfc, g.w2, g.b2, m->dres, a->fc_act, w.w2, N, m->F, C);
         be->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
@@ -392,17 +382,19 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
     be->matmul_backward(be, m->datt, g.wo, g.bo, m->dres, a->att, w.wo, N, m->Q, C);
     be->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
                            m->Hkv, m->D);
-    if (m->llama) be->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
+    if (m->rope) be->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
     be->matmul_backward(be, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, N, C, m->QKV);
     norm_backward(m, m->dres, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean, a->ln1_rstd);
 }
 
 int fsdp_model_embed_grad_rows(fsdp_model *m, fsdp_row_set sets[FSDP_MAX_ROW_SETS], const void **values, int *count,
                                int *row_len) {
-    int u = fsdp_unit_embed(m->layout);
-    sets[0] = (fsdp_row_set){unit_param(m, u, 0)->offset, m->tokens, 0, 1};
+    const fsdp_unit_desc *u = &m->layout->units[fsdp_unit_embed(m->layout)];
+    const fsdp_param_desc *p = m->layout->params;
+    sets[0] = (fsdp_row_set){p[u->weight[FSDP_MOD_EMBED_TOKENS]].offset, m->tokens, 0, 1, m->padding_idx};
     int n = 1;
-    if (!m->llama) sets[n++] = (fsdp_row_set){unit_param(m, u, 1)->offset, NULL, 2, m->T};
+    int pos = u->weight[FSDP_MOD_EMBED_POSITIONS];
+    if (pos >= 0) sets[n++] = (fsdp_row_set){p[pos].offset, NULL, m->pos_offset, m->T, -1};
     *values = m->dres;
     *count = m->N;
     *row_len = m->C;
@@ -413,7 +405,7 @@ void fsdp_model_embed_backward(fsdp_model *m, const void *embed_params, void *em
     (void)embed_params;
     fsdp_backend *be = m->be;
     int u = fsdp_unit_embed(m->layout);
-    void *dwte = at(embed_grads, unit_param(m, u, 0), m->ge);
-    void *dwpe = m->llama ? NULL : at(embed_grads, unit_param(m, u, 1), m->ge);
-    be->embedding_backward(be, dwte, dwpe, m->dres, m->tokens, m->llama ? 0 : 2, m->N, m->T, m->C);
+    void *dwte = param(m, u, FSDP_MOD_EMBED_TOKENS, 0, embed_grads, m->ge);
+    void *dwpe = param(m, u, FSDP_MOD_EMBED_POSITIONS, 0, embed_grads, m->ge);
+    be->embedding_backward(be, dwte, dwpe, m->dres, m->tokens, m->padding_idx, m->pos_offset, m->N, m->T, m->C);
 }

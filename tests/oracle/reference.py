@@ -1,9 +1,14 @@
-"""Independent float64 PyTorch reference for fsdp.c's Llama and OPT models.
+"""Independent float64 PyTorch reference for fsdp.c's Llama, Qwen2 and OPT models.
 
-Written from the published architectures as Hugging Face's LlamaForCausalLM and OPTForCausalLM
-compute them (without importing transformers, and sharing no code with fsdp.c). It reads the
-weights of an oracle_dump file by their Hugging Face names, runs one forward and backward in
-float64, and returns the logits, the loss and d loss / d param for every parameter.
+Written from the published architectures as Hugging Face's LlamaForCausalLM, Qwen2ForCausalLM and
+OPTForCausalLM compute them (without importing transformers, and sharing no code with fsdp.c). It
+reads the weights of an oracle_dump file by their Hugging Face names, runs one forward and backward
+in float64, and returns the logits, the loss and d loss / d param for every parameter.
+
+Config fields are read the way transformers reads them, with its defaults: RoPE from rope_scaling
+and rope_theta (transformers 4) or rope_parameters (5); the biases of Llama's attention_bias (q, k,
+v, o) and mlp_bias, Qwen2's fixed q/k/v biases and OPT's enable_bias; the token embedding as
+nn.Embedding(padding_idx=pad_token_id), whose pad row gets no gradient from input tokens.
 
 Only plain torch operations are used (torch 1.13 as Debian ships it: no
 scaled_dot_product_attention). The loss is the mean cross-entropy over the positions whose label
@@ -36,6 +41,10 @@ MUTATIONS = {
     "silu_to_gelu": "llama: GELU instead of SiLU in the MLP gate",
     "tied_head_detached": "both: tied head does not send its gradient into the embedding",
     "ln_unbiased_var": "opt: LayerNorm with the unbiased (n-1) variance",
+    "qwen2_no_qkv_bias": "qwen2: q, k and v projections without their biases",
+    "attn_bias_not_on_o": "llama: attention_bias on q, k and v only (as Qwen2), not on o_proj",
+    "pad_row_input_grad": "all: the padding_idx row gets a gradient from input tokens",
+    "rope_no_linear": "llama/qwen2: ignore linear rope scaling",
 }
 
 
@@ -65,37 +74,78 @@ def load_dump(path):
 # Expected parameters (names and shapes) of each architecture
 
 
+LLAMA_LIKE = ("llama", "qwen2")
+# The special token defaults of each config class (OPTConfig pads with token 1).
+PAD_DEFAULT = {"llama": None, "qwen2": None, "opt": 1}
+TIE_DEFAULT = {"llama": False, "qwen2": False, "opt": True}
+
+
 def _llama_dims(cfg):
     C = cfg["hidden_size"]
     Hq = cfg["num_attention_heads"]
-    Hkv = cfg.get("num_key_value_heads") or Hq
+    if "num_key_value_heads" not in cfg and cfg["model_type"] == "qwen2":
+        Hkv = 32  # Qwen2Config's default; an explicit null means num_attention_heads
+    else:
+        Hkv = cfg.get("num_key_value_heads") or Hq
     D = cfg.get("head_dim") or C // Hq
     return C, Hq, Hkv, D
+
+
+def biases(cfg):
+    """(q/k/v, o, mlp): which projections of a llama-like block carry a bias."""
+    if cfg["model_type"] == "qwen2":
+        return True, False, False  # Qwen2Attention hard-codes them
+    attn = bool(cfg.get("attention_bias", False))
+    return attn, attn, bool(cfg.get("mlp_bias", False))
+
+
+def padding_idx(cfg):
+    pad = cfg.get("pad_token_id", PAD_DEFAULT[cfg["model_type"]])
+    return None if pad is None else int(pad)
+
+
+def rope_settings(cfg):
+    """{"theta", "type", ...} as transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters) say."""
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    theta = float(scaling.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    out = {"theta": theta, "type": scaling.get("rope_type", scaling.get("type", "default"))}
+    for k in ("factor", "low_freq_factor", "high_freq_factor"):
+        if k in scaling:
+            out[k] = float(scaling[k])
+    if out["type"] == "llama3":
+        out["original_max_position_embeddings"] = float(
+            scaling.get("original_max_position_embeddings", cfg["max_position_embeddings"]))
+    return out
 
 
 def expected_params(cfg):
     """{HF name: shape} of every trainable parameter the architecture has."""
     mt = cfg["model_type"]
     V, C, L = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"]
-    tied = cfg.get("tie_word_embeddings", True)
+    tied = cfg.get("tie_word_embeddings", TIE_DEFAULT[mt])
     shapes = {}
-    if mt == "llama":
+    if mt in LLAMA_LIKE:
         _, Hq, Hkv, D = _llama_dims(cfg)
         F = cfg["intermediate_size"]
-        if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-            raise ValueError("the reference implements Llama without attention or MLP biases")
+        qkv_bias, o_bias, mlp_bias = biases(cfg)
+
+        def lin(name, out_f, in_f, bias):
+            shapes[name + ".weight"] = (out_f, in_f)
+            if bias:
+                shapes[name + ".bias"] = (out_f,)
+
         shapes["model.embed_tokens.weight"] = (V, C)
         for i in range(L):
             p = "model.layers.%d." % i
             shapes[p + "input_layernorm.weight"] = (C,)
-            shapes[p + "self_attn.q_proj.weight"] = (Hq * D, C)
-            shapes[p + "self_attn.k_proj.weight"] = (Hkv * D, C)
-            shapes[p + "self_attn.v_proj.weight"] = (Hkv * D, C)
-            shapes[p + "self_attn.o_proj.weight"] = (C, Hq * D)
+            lin(p + "self_attn.q_proj", Hq * D, C, qkv_bias)
+            lin(p + "self_attn.k_proj", Hkv * D, C, qkv_bias)
+            lin(p + "self_attn.v_proj", Hkv * D, C, qkv_bias)
+            lin(p + "self_attn.o_proj", C, Hq * D, o_bias)
             shapes[p + "post_attention_layernorm.weight"] = (C,)
-            shapes[p + "mlp.gate_proj.weight"] = (F, C)
-            shapes[p + "mlp.up_proj.weight"] = (F, C)
-            shapes[p + "mlp.down_proj.weight"] = (C, F)
+            lin(p + "mlp.gate_proj", F, C, mlp_bias)
+            lin(p + "mlp.up_proj", F, C, mlp_bias)
+            lin(p + "mlp.down_proj", C, F, mlp_bias)
         shapes["model.norm.weight"] = (C,)
     elif mt == "opt":
         F = cfg["ffn_dim"]
@@ -174,22 +224,23 @@ def causal_attention(q, k, v, scale, mutations):
 
 
 def rope_inv_freq(cfg, D, mutations):
-    """inv_freq [D/2] of Llama's rotary embedding, with the llama3 adjustment where configured."""
-    theta = float(cfg.get("rope_theta", 10000.0))
-    inv_freq = 1.0 / theta ** (torch.arange(0, D, 2, dtype=DTYPE) / D)
-    rs = cfg.get("rope_scaling")
-    if rs is None or "rope_no_llama3" in mutations:
-        return inv_freq
-    rope_type = rs.get("rope_type", rs.get("type"))
+    """inv_freq [D/2] of the rotary embedding, with linear or llama3 scaling where configured."""
+    rs = rope_settings(cfg)
+    inv_freq = 1.0 / rs["theta"] ** (torch.arange(0, D, 2, dtype=DTYPE) / D)
+    rope_type = rs["type"]
     if rope_type == "default":
         return inv_freq
+    if rope_type == "linear":  # transformers' _compute_linear_scaling_rope_parameters
+        return inv_freq if "rope_no_linear" in mutations else inv_freq / rs["factor"]
     if rope_type != "llama3":
-        raise ValueError("unsupported rope_scaling type %r" % rope_type)
+        raise ValueError("unsupported rope type %r" % rope_type)
+    if "rope_no_llama3" in mutations:
+        return inv_freq
     # transformers' _compute_llama3_parameters.
-    factor = float(rs["factor"])
-    low = float(rs["low_freq_factor"])
-    high = float(rs["high_freq_factor"])
-    original = float(rs["original_max_position_embeddings"])
+    factor = rs["factor"]
+    low = rs["low_freq_factor"]
+    high = rs["high_freq_factor"]
+    original = rs["original_max_position_embeddings"]
     low_freq_wavelen = original / low
     high_freq_wavelen = original / high
     out = []
@@ -232,11 +283,22 @@ def cross_entropy_mean(logits, labels, mutations):
     return nll.sum() if "loss_sum" in mutations else nll.sum() / keep.sum()
 
 
+def embed_tokens(cfg, W, input_ids, mutations):
+    """nn.Embedding(padding_idx=pad_token_id): the pad row's value is used, but input tokens send
+    it no gradient (it still gets one as a row of a tied head)."""
+    x = W[input_ids]
+    pad = padding_idx(cfg)
+    if pad is None or "pad_row_input_grad" in mutations:
+        return x
+    return torch.where((input_ids == pad)[..., None], W.detach()[input_ids], x)
+
+
 # ----------------------------------------------------------------------------------------------
 # Models
 
 
-def llama_forward(cfg, P, input_ids, mutations=frozenset()):
+def llama_forward(cfg, P, input_ids, head, mutations=frozenset()):
+    """Llama and Qwen2 (the same block; Qwen2 with q/k/v biases)."""
     C, Hq, Hkv, D = _llama_dims(cfg)
     eps = float(cfg.get("rms_norm_eps", 1e-6))
     B, T = input_ids.shape
@@ -253,32 +315,39 @@ def llama_forward(cfg, P, input_ids, mutations=frozenset()):
     freqs = pos[:, None] * inv_freq[None, :]  # [T, D/2]
     cos, sin = freqs.cos(), freqs.sin()
 
+    def g(name):
+        if "qwen2_no_qkv_bias" in mutations and cfg["model_type"] == "qwen2" and name.endswith("_proj.bias"):
+            return None
+        if "attn_bias_not_on_o" in mutations and name.endswith("o_proj.bias"):
+            return None
+        return P.get(name)
+
     act = torch.nn.functional.gelu if "silu_to_gelu" in mutations else torch.nn.functional.silu
-    x = P["model.embed_tokens.weight"][input_ids]  # [B, T, C]
+    x = embed_tokens(cfg, P["model.embed_tokens.weight"], input_ids, mutations)  # [B, T, C]
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
+        a = p + "self_attn."
         h = rms_norm(x, P[p + "input_layernorm.weight"], eps, mutations)
-        q = linear(h, P[p + "self_attn.q_proj.weight"]).view(B, T, Hq, D).transpose(1, 2)
-        k = linear(h, P[p + "self_attn.k_proj.weight"]).view(B, T, Hkv, D).transpose(1, 2)
-        v = linear(h, P[p + "self_attn.v_proj.weight"]).view(B, T, Hkv, D).transpose(1, 2)
+        q = linear(h, P[a + "q_proj.weight"], g(a + "q_proj.bias")).view(B, T, Hq, D).transpose(1, 2)
+        k = linear(h, P[a + "k_proj.weight"], g(a + "k_proj.bias")).view(B, T, Hkv, D).transpose(1, 2)
+        v = linear(h, P[a + "v_proj.weight"], g(a + "v_proj.bias")).view(B, T, Hkv, D).transpose(1, 2)
         q = apply_rope(q, cos, sin, mutations)
         k = apply_rope(k, cos, sin, mutations)
         k = k[:, kv_of_head]  # [B, Hq, T, D]
         v = v[:, kv_of_head]
-        a = causal_attention(q, k, v, 1.0 / math.sqrt(D), mutations)
-        a = a.transpose(1, 2).reshape(B, T, Hq * D)
-        x = x + linear(a, P[p + "self_attn.o_proj.weight"])
+        o = causal_attention(q, k, v, 1.0 / math.sqrt(D), mutations)
+        o = o.transpose(1, 2).reshape(B, T, Hq * D)
+        x = x + linear(o, P[a + "o_proj.weight"], g(a + "o_proj.bias"))
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps, mutations)
-        m = act(linear(h, P[p + "mlp.gate_proj.weight"])) * linear(h, P[p + "mlp.up_proj.weight"])
-        x = x + linear(m, P[p + "mlp.down_proj.weight"])
+        m = p + "mlp."
+        u = act(linear(h, P[m + "gate_proj.weight"], g(m + "gate_proj.bias"))) * linear(
+            h, P[m + "up_proj.weight"], g(m + "up_proj.bias"))
+        x = x + linear(u, P[m + "down_proj.weight"], g(m + "down_proj.bias"))
     x = rms_norm(x, P["model.norm.weight"], eps, mutations)
-    head = P["lm_head.weight"] if "lm_head.weight" in P else P["model.embed_tokens.weight"]
-    if "tied_head_detached" in mutations:
-        head = head.detach()
     return linear(x, head)
 
 
-def opt_forward(cfg, P, input_ids, mutations=frozenset()):
+def opt_forward(cfg, P, input_ids, head, mutations=frozenset()):
     C, H, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
     D = C // H
     eps = 1e-5  # OPT's LayerNorms use torch's default epsilon
@@ -294,7 +363,8 @@ def opt_forward(cfg, P, input_ids, mutations=frozenset()):
     # OPTLearnedPositionalEmbedding: with no padding the positions are 0..T-1, shifted by offset 2.
     offset = 0 if "opt_no_offset" in mutations else 2
     positions = torch.arange(T) + offset
-    x = P[d + "embed_tokens.weight"][input_ids] + P[d + "embed_positions.weight"][positions][None]
+    x = embed_tokens(cfg, P[d + "embed_tokens.weight"], input_ids, mutations)
+    x = x + P[d + "embed_positions.weight"][positions][None]
     for i in range(L):
         p = d + "layers.%d." % i
         h = ln(x, p + "self_attn_layer_norm")
@@ -309,18 +379,16 @@ def opt_forward(cfg, P, input_ids, mutations=frozenset()):
         h = torch.relu(linear(h, P[p + "fc1.weight"], g(p + "fc1.bias")))
         x = x + linear(h, P[p + "fc2.weight"], g(p + "fc2.bias"))
     x = ln(x, d + "final_layer_norm")
-    head = P["lm_head.weight"] if "lm_head.weight" in P else P[d + "embed_tokens.weight"]
-    if "tied_head_detached" in mutations:
-        head = head.detach()
     return linear(x, head)
 
 
-def run_reference(cfg, params, input_ids, labels, mutations=frozenset()):
+def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=None):
     """Forward and backward in float64.
 
     cfg: the Hugging Face config dict; params: {HF name: numpy array}, exactly the names of
     expected_params(cfg); input_ids, labels: integer arrays [B, T].
-    Returns (logits numpy [B, T, V], loss float, {HF name: gradient numpy array}).
+    Returns (logits numpy [B, T, V], loss float, {HF name: gradient numpy array}). A dict passed
+    as `extras` receives "head_grad": with a tied head its share of the embedding's gradient, else None.
     """
     unknown = set(mutations) - set(MUTATIONS)
     if unknown:
@@ -338,18 +406,26 @@ def run_reference(cfg, params, input_ids, labels, mutations=frozenset()):
         P[name] = torch.tensor(np.asarray(params[name], dtype=np.float64), dtype=DTYPE, requires_grad=True)
     ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64))
     lab = torch.as_tensor(np.asarray(labels, dtype=np.int64))
-    if cfg["model_type"] == "llama":
-        logits = llama_forward(cfg, P, ids, mutations)
-    else:
-        logits = opt_forward(cfg, P, ids, mutations)
+    embed = "model.embed_tokens.weight" if cfg["model_type"] in LLAMA_LIKE else "model.decoder.embed_tokens.weight"
+    # A tied head reads the embedding through its own leaf, so that its share of the gradient can be
+    # told apart (and, unless a mutation detaches it, added to the embedding's).
+    tied = "lm_head.weight" not in P
+    head = P[embed].detach().clone().requires_grad_(True) if tied else P["lm_head.weight"]
+    forward = llama_forward if cfg["model_type"] in LLAMA_LIKE else opt_forward
+    logits = forward(cfg, P, ids, head, mutations)
     loss = cross_entropy_mean(logits, lab, mutations)
     loss.backward()
     grads = {}
     for n, t in P.items():  # a parameter the loss does not reach has a zero gradient
         grads[n] = t.grad.detach().numpy().copy() if t.grad is not None else np.zeros(t.shape)
+    head_grad = head.grad.detach().numpy().copy() if tied else None
+    if extras is not None:
+        extras["head_grad"] = head_grad
+    if tied and "tied_head_detached" not in mutations:
+        grads[embed] = grads[embed] + head_grad
     return logits.detach().numpy(), float(loss.item()), grads
 
 
-def reference_from_dump(dump, mutations=frozenset()):
+def reference_from_dump(dump, mutations=frozenset(), extras=None):
     """run_reference on the weights and batch of a load_dump() result."""
-    return run_reference(dump["config"], dump["params"], dump["input_ids"], dump["labels"], mutations)
+    return run_reference(dump["config"], dump["params"], dump["input_ids"], dump["labels"], mutations, extras)

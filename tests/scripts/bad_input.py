@@ -1,7 +1,9 @@
 """Bad input gets one line naming the problem (and the file), a non-zero exit, no crash, no hang, and
 nothing half-written: unknown flag/command/model/strategy, malformed config.json, bad token files,
-missing/truncated/foreign checkpoints, a checkpoint of another model."""
+missing/truncated/foreign checkpoints, a checkpoint of another model; config.json fields that change
+the computation are honoured (OPT's enable_bias false trains without biases) or refused."""
 import glob
+import json
 import os
 import shutil
 import struct
@@ -53,6 +55,33 @@ expect_error("unsupported model_type", 1, BASE + ["--model", gpt2], [gpt2, "gpt2
 missing = os.path.join(D, "partial.json")
 open(missing, "w").write('{"model_type": "llama", "vocab_size": 1000, "hidden_size": 64}')
 expect_error("config.json missing a field", 1, BASE + ["--model", missing], [missing, "intermediate_size"])
+
+# Fields that change the computation are honoured or refused, naming the file and the field.
+OPT_NOBIAS = {"model_type": "opt", "vocab_size": 1031, "hidden_size": 40, "ffn_dim": 72, "num_hidden_layers": 2,
+              "num_attention_heads": 5, "max_position_embeddings": 64, "enable_bias": False}
+nobias = os.path.join(D, "opt-nobias", "config.json")
+os.makedirs(os.path.dirname(nobias))
+open(nobias, "w").write(json.dumps(OPT_NOBIAS))
+nobias_ck = os.path.join(D, "opt-nobias", "ck")
+t.run(2, BASE + ["--model", nobias, "--ckpt-dir", nobias_ck])
+names = list(t.checkpoint_arrays(os.path.join(nobias_ck, "step-00000002.h5")))
+projection_biases = [n for n in names if n.endswith(".bias") and "layer_norm" not in n]
+t.check(names and not projection_biases and any("self_attn_layer_norm.bias" in n for n in names),
+        "OPT with enable_bias false trains without projection biases (checkpoint holds %d tensors, biases %s)"
+        % (len(names), projection_biases[:3]))
+REFUSED = [("opt", {"do_layer_norm_before": False}, "do_layer_norm_before"),
+           ("opt", {"layerdrop": 0.1}, "layerdrop"),
+           ("opt", {"word_embed_proj_dim": 16}, "word_embed_proj_dim"),
+           ("qwen2", {"use_sliding_window": True}, "use_sliding_window"),
+           ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn'")]
+BASES = {"opt": dict(OPT_NOBIAS, enable_bias=True),
+         "llama": {"model_type": "llama", "vocab_size": 1031, "hidden_size": 48, "intermediate_size": 88,
+                   "num_hidden_layers": 2, "num_attention_heads": 6, "max_position_embeddings": 64}}
+BASES["qwen2"] = dict(BASES["llama"], model_type="qwen2", num_key_value_heads=2)
+for i, (family, fields, needle) in enumerate(REFUSED):
+    path = os.path.join(D, "refused-%d.json" % i)
+    open(path, "w").write(json.dumps(dict(BASES[family], **fields)))
+    expect_error("%s config with %s" % (family, fields), 1, BASE + ["--model", path], [path, needle])
 
 # Token files.
 good = list(range(200)) * 3

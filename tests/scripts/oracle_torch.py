@@ -5,8 +5,10 @@ For each case it runs tests/tools/oracle_dump (one fp32 forward+backward on the 
 compares the dumped logits, loss and every parameter gradient with tests/oracle/reference.py,
 requiring ||fsdp - ref|| / ||ref|| <= 1e-4 for each. It also checks that the dumped parameter and
 gradient names are exactly the parameters of the architecture, that the model config the tool
-reports is the one the case asked for, and (unless --no-mutations) that the comparison is
-sensitive: every deliberate bug in reference.MUTATIONS must make some comparison fail.
+reports is the one the case asked for, that the padding_idx row got no gradient from the pad tokens
+in the inputs (exactly 0 untied; exactly the head's share tied), and (unless --no-mutations) that
+the comparison is sensitive: every deliberate bug in reference.MUTATIONS must make some comparison
+fail.
 
 Environment: FSDP_TOOLS_DIR (where oracle_dump is; default <repo>/build/tests), FSDP_TEST_TMP
 (where the dumps go; default a temporary directory). Exit status 0 on pass, 1 on failure.
@@ -48,37 +50,45 @@ import reference  # noqa: E402
 DATA = os.path.join(REPO, "tests", "data")
 
 # What the presets must be (the shapes tests/oracle/README.md documents); a config file case expects
-# its own file's fields. Only the fields the reference reads are compared.
+# what its own file says. Configs are compared by what they mean to the reference (semantics()), so
+# that a transformers 5 file (rope_parameters) matches the transformers 4 spelling fsdp.c writes.
 TINY_LLAMA = {
     "model_type": "llama", "vocab_size": 1031, "hidden_size": 48, "intermediate_size": 88,
     "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 8,
-    "rms_norm_eps": 1e-5, "rope_theta": 100.0, "tie_word_embeddings": True,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 100.0, "tie_word_embeddings": True,
     "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                      "original_max_position_embeddings": 32},
 }
 TINY_OPT = {
     "model_type": "opt", "vocab_size": 1031, "hidden_size": 40, "ffn_dim": 72, "num_hidden_layers": 2,
     "num_attention_heads": 5, "max_position_embeddings": 128, "tie_word_embeddings": True,
-    "do_layer_norm_before": True, "enable_bias": True,
+    "do_layer_norm_before": True, "enable_bias": True, "pad_token_id": 1,
 }
-USED_FIELDS = {
-    "llama": ["model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-              "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
-              "rope_scaling", "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act"],
-    "opt": ["model_type", "vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads",
-            "max_position_embeddings", "tie_word_embeddings", "do_layer_norm_before", "enable_bias",
-            "word_embed_proj_dim", "activation_function", "layer_norm_elementwise_affine"],
+TINY_QWEN2 = {
+    "model_type": "qwen2", "vocab_size": 1013, "hidden_size": 40, "intermediate_size": 76,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-6, "rope_theta": 1000.0, "tie_word_embeddings": False, "pad_token_id": None,
 }
+
+
+def semantics(cfg):
+    """What a config means to the reference: parameter shapes, norm epsilon, RoPE, padding_idx."""
+    out = {"model_type": cfg["model_type"], "params": reference.expected_params(cfg),
+           "padding_idx": reference.padding_idx(cfg)}
+    if cfg["model_type"] in reference.LLAMA_LIKE:
+        out["rms_norm_eps"] = float(cfg.get("rms_norm_eps", 1e-6))
+        out["rope"] = reference.rope_settings(cfg)
+    return out
 
 
 def file_expect(path):
     with open(path) as f:
-        cfg = json.load(f)
-    return {k: cfg[k] for k in USED_FIELDS[cfg["model_type"]] if k in cfg}
+        return json.load(f)
 
 
-UNTIED = os.path.join(DATA, "tiny-llama-untied", "config.json")
-# (name, MODEL argument, seed, batch, seq, attention, expected config fields)
+DATA_CONFIG = lambda name: os.path.join(DATA, name, "config.json")  # noqa: E731
+UNTIED = DATA_CONFIG("tiny-llama-untied")
+# (name, MODEL argument, seed, batch, seq, attention, expected config: a dict, or None for the file's)
 CASES = [
     ("tiny-llama/flash", "tiny-llama", 11, 2, 13, "flash", TINY_LLAMA),
     ("tiny-llama/eager", "tiny-llama", 12, 2, 17, "eager", TINY_LLAMA),
@@ -86,6 +96,10 @@ CASES = [
     ("tiny-llama-untied/eager", UNTIED, 14, 2, 14, "eager", None),
     ("tiny-opt/flash", "tiny-opt", 15, 2, 15, "flash", TINY_OPT),
     ("tiny-opt/eager", "tiny-opt", 16, 2, 13, "eager", TINY_OPT),
+    ("tiny-opt-nobias/flash", DATA_CONFIG("tiny-opt-nobias"), 17, 2, 14, "flash", None),
+    ("tiny-qwen2/flash", "tiny-qwen2", 18, 2, 15, "flash", TINY_QWEN2),
+    ("tiny-qwen2/eager", "tiny-qwen2", 19, 2, 12, "eager", TINY_QWEN2),
+    ("tiny-qwen2-tied/eager", DATA_CONFIG("tiny-qwen2-tied"), 20, 2, 16, "eager", None),
 ]
 
 
@@ -171,6 +185,29 @@ def compare(dump, ref, verbose, label):
     return ok, worst[0], worst[1]
 
 
+def check_padding(dump, head_grad):
+    """The padding_idx row gets nothing from the pad tokens in the inputs: its gradient is exactly 0
+    untied, and exactly the head's share tied. Returns a list of failure messages."""
+    cfg = dump["config"]
+    pad = reference.padding_idx(cfg)
+    if pad is None:
+        return []
+    if not (dump["input_ids"] == pad).any():
+        return ["the inputs hold no padding token %d" % pad]
+    embed = "model.embed_tokens.weight" if cfg["model_type"] in reference.LLAMA_LIKE \
+        else "model.decoder.embed_tokens.weight"
+    row = np.asarray(dump["grads"][embed][pad], dtype=np.float64)
+    if head_grad is None:
+        ok = not row.any()
+        print("  %s: padding row %d gradient is exactly 0 (untied head)%s"
+              % ("ok" if ok else "FAIL", pad, "" if ok else ", got norm %.3e" % np.linalg.norm(row)))
+        return [] if ok else ["padding row %d has a gradient from the inputs" % pad]
+    err = rel(row, head_grad[pad])
+    ok = err <= TOL and row.any()
+    print("  %s: padding row %d gradient is the head's share, rel err %.3e" % ("ok" if ok else "FAIL", pad, err))
+    return [] if ok else ["padding row %d gradient is not the head's share (rel err %.3e)" % (pad, err)]
+
+
 def run_dump(tool, case, tmp):
     name, model, seed, B, T, attn, _ = case
     out = os.path.join(tmp, "oracle_%s.h5" % name.replace("/", "_"))
@@ -193,13 +230,14 @@ def check_structure(case, dump):
     errors = []
     if expect is None:
         expect = file_expect(model if model.endswith(".json") else os.path.join(model, "config.json"))
-    for key, want in expect.items():
-        if key not in cfg or not same_value(cfg[key], want):
-            errors.append("config %s is %r, the case asks for %r" % (key, cfg.get(key, "<absent>"), want))
     try:
-        want_shapes = reference.expected_params(cfg)
+        got, want = semantics(cfg), semantics(expect)
+        want_shapes = got["params"]
     except (KeyError, ValueError) as e:
         return errors + ["the reference cannot model this config: %s" % e]
+    for key in sorted(set(got) | set(want)):
+        if not same_value(got.get(key), want.get(key)):
+            errors.append("config means %s = %r, the case asks for %r" % (key, got.get(key), want.get(key)))
     params, grads = set(dump["params"]), set(dump["grads"])
     if params != grads:
         errors.append("gradient names differ from parameter names: only params %s, only grads %s"
@@ -226,8 +264,8 @@ def check_structure(case, dump):
 
 
 def applies(mutation, cfg):
-    llama = cfg["model_type"] == "llama"
-    tied = cfg.get("tie_word_embeddings", True)
+    llama = cfg["model_type"] in reference.LLAMA_LIKE
+    tied = cfg.get("tie_word_embeddings", reference.TIE_DEFAULT[cfg["model_type"]])
     if mutation == "rope_no_llama3":
         rs = cfg.get("rope_scaling") or {}
         return llama and rs.get("rope_type", rs.get("type")) == "llama3"
@@ -240,6 +278,14 @@ def applies(mutation, cfg):
         return not llama
     if mutation == "tied_head_detached":
         return tied
+    if mutation == "qwen2_no_qkv_bias":
+        return cfg["model_type"] == "qwen2"
+    if mutation == "attn_bias_not_on_o":
+        return cfg["model_type"] == "llama" and reference.biases(cfg)[1]
+    if mutation == "pad_row_input_grad":
+        return reference.padding_idx(cfg) is not None
+    if mutation == "rope_no_linear":
+        return llama and reference.rope_settings(cfg)["type"] == "linear"
     return True
 
 
@@ -275,9 +321,13 @@ def main(argv):
         if errors:
             failed.append(name)
             continue
-        ok, worst, what = compare(dump, reference.reference_from_dump(dump), verbose, name)
+        extras = {}
+        ok, worst, what = compare(dump, reference.reference_from_dump(dump, extras=extras), verbose, name)
         print("  %s: worst rel err %.3e (%s)" % ("ok" if ok else "FAIL", worst, what))
-        if not ok:
+        pad_errors = check_padding(dump, extras["head_grad"])
+        for e in pad_errors:
+            print("  FAIL: %s" % e)
+        if not ok or pad_errors:
             failed.append(name)
         dumps.append((name, dump))
 

@@ -74,9 +74,12 @@ int main(int argc, char **argv) {
     }
 
     int32_t *tokens = fsdp_model_tokens(m), *targets = fsdp_model_targets(m);
-    int counted = 0;
+    int counted = 0, pad = fsdp_model_padding_idx(&cfg);
     for (int i = 0; i < N; i++) {
         tokens[i] = (int32_t)fsdp_rand_below(seed, 1, (uint64_t)i, (uint32_t)cfg.vocab_size);
+        /* Every fifth input is the padding token, when the model has one (its row must get no
+         * gradient from these inputs). */
+        if (pad >= 0 && i % 5 == 1) tokens[i] = pad;
         /* Every seventh target is ignored, as padding would be. */
         targets[i] = i % 7 == 3 ? -1 : (int32_t)fsdp_rand_below(seed, 2, (uint64_t)i, (uint32_t)cfg.vocab_size);
         counted += targets[i] >= 0;

@@ -220,11 +220,12 @@ static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, i
     compare("embedding fwd (positions +2)", out, dout, (size_t)N * C, ACT, tolerance());
     float *dy = randn((size_t)N * C, 1.0f), *g0 = randn((size_t)V * C, 1.0f), *p0 = randn((size_t)(T + 2) * C, 1.0f);
     float *gc = copy(g0, (size_t)V * C), *pc = copy(p0, (size_t)(T + 2) * C);
-    cpu->embedding_backward(cpu, gc, pc, dy, tok, 2, N, T, C);
+    /* The first token is the padding_idx: its row gets no gradient from the inputs. */
+    cpu->embedding_backward(cpu, gc, pc, dy, tok, tok[0], 2, N, T, C);
     void *ddy = upload(dy, (size_t)N * C, ACT), *dg = upload(g0, (size_t)V * C, GRAD);
     void *dp = upload(p0, (size_t)(T + 2) * C, GRAD);
-    gpu->embedding_backward(gpu, dg, dp, ddy, dtok, 2, N, T, C);
-    compare("embedding bwd dwte (+=, repeated tokens)", gc, dg, (size_t)V * C, GRAD, tolerance());
+    gpu->embedding_backward(gpu, dg, dp, ddy, dtok, tok[0], 2, N, T, C);
+    compare("embedding bwd dwte (+=, repeated tokens, padding_idx)", gc, dg, (size_t)V * C, GRAD, tolerance());
     compare("embedding bwd dwpe (+=)", pc, dp, (size_t)(T + 2) * C, GRAD, tolerance());
 
     /* swiglu */

@@ -212,11 +212,13 @@ static int32_t *dtokens(const int32_t *h, int n) {
     return d;
 }
 
-static void test_embedding(int N, int T, int C, int V, int P, int pos_offset, int with_wpe) {
-    const char *sz = sizef("N=%d T=%d C=%d V=%d%s", N, T, C, V, with_wpe ? " wpe" : "");
-    char szb[64];
+/* padded: the first token is also the padding_idx, whose row gets no gradient from the backward. */
+static void test_embedding(int N, int T, int C, int V, int P, int pos_offset, int with_wpe, int padded) {
+    const char *sz = sizef("N=%d T=%d C=%d V=%d%s%s", N, T, C, V, with_wpe ? " wpe" : "", padded ? " padding_idx" : "");
+    char szb[80];
     snprintf(szb, sizeof szb, "%s", sz);
     int32_t *tok = rand_tokens(N, V), *dtok = dtokens(tok, N);
+    int padding_idx = padded ? tok[0] : -1;
     for (int ai = 0; ai < 2; ai++) {
         fsdp_dtype act = DT[ai];
         float *wte = hrand((size_t)V * C, 1.0f, act), *wpe = with_wpe ? hrand((size_t)P * C, 1.0f, act) : NULL;
@@ -237,8 +239,8 @@ static void test_embedding(int N, int T, int C, int V, int P, int pos_offset, in
             float *gw = hrand((size_t)V * C, 2.0f, grad), *gp = with_wpe ? hrand((size_t)P * C, 2.0f, grad) : NULL;
             void *d_dy = dcopy(dy, (size_t)N * C, act), *d_gw = dcopy(gw, (size_t)V * C, grad);
             void *d_gp = gp ? dcopy(gp, (size_t)P * C, grad) : NULL;
-            cpu_embedding_backward(gw, gp, dy, tok, pos_offset, N, T, C);
-            fsdp_cuda_embedding_backward(d_gw, d_gp, d_dy, dtok, pos_offset, N, T, C, act, grad, 0);
+            cpu_embedding_backward(gw, gp, dy, tok, padding_idx, pos_offset, N, T, C);
+            fsdp_cuda_embedding_backward(d_gw, d_gp, d_dy, dtok, padding_idx, pos_offset, N, T, C, act, grad, 0);
             int bf = act == FSDP_BF16 || grad == FSDP_BF16;
             float *got_w = hget(d_gw, (size_t)V * C, grad);
             check("embedding_backward dwte", mode2("act", act, "grad", grad), szb, got_w, gw, (size_t)V * C,
@@ -261,13 +263,15 @@ static void test_embedding(int N, int T, int C, int V, int P, int pos_offset, in
 
 /* The shard's part of a scatter-add of token rows and periodic (position) rows: windows aligned
  * and unaligned to the 8-element vector path, one straddling the boundary between the two blocks. */
-static void test_add_rows(int N, int T, int C, int V, int64_t window_start, int64_t window_len) {
-    const char *sz = sizef("N=%d C=%d V=%d window %lld+%lld", N, C, V, (long long)window_start, (long long)window_len);
-    char szb[96];
+static void test_add_rows(int N, int T, int C, int V, int64_t window_start, int64_t window_len, int padded) {
+    const char *sz = sizef("N=%d C=%d V=%d window %lld+%lld%s", N, C, V, (long long)window_start,
+                           (long long)window_len, padded ? " padding_idx" : "");
+    char szb[112];
     snprintf(szb, sizeof szb, "%s", sz);
     int32_t *tok = rand_tokens(N, V), *dtok = dtokens(tok, N);
-    fsdp_row_set host_sets[2] = {{0, tok, 0, 1}, {(int64_t)V * C, NULL, 2, T}};
-    fsdp_row_set dev_sets[2] = {{0, dtok, 0, 1}, {(int64_t)V * C, NULL, 2, T}};
+    int skip = padded ? tok[0] : -1; /* the token rows skip the padding_idx; positions never skip */
+    fsdp_row_set host_sets[2] = {{0, tok, 0, 1, skip}, {(int64_t)V * C, NULL, 2, T, -1}};
+    fsdp_row_set dev_sets[2] = {{0, dtok, 0, 1, skip}, {(int64_t)V * C, NULL, 2, T, -1}};
     for (int ai = 0; ai < 2; ai++) {
         fsdp_dtype act = DT[ai];
         float *values = hrand((size_t)N * C, 1.0f, act), *dst = hrand((size_t)window_len, 2.0f, FSDP_F32);
@@ -720,10 +724,10 @@ static void bench(void) {
         snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
         TIME_MS(fsdp_cuda_embedding_forward(out, dtok, wte, NULL, 0, N, T, C, A, 0), ms);
         bench_line("embedding_forward", shape, ms, nc * 2.0 * 2 + N * 4.0);
-        TIME_MS(fsdp_cuda_embedding_backward(dwte, NULL, dy, dtok, 0, N, T, C, A, G, 0), ms);
+        TIME_MS(fsdp_cuda_embedding_backward(dwte, NULL, dy, dtok, -1, 0, N, T, C, A, G, 0), ms);
         bench_line("embedding_backward", shape, ms, nc * 2.0 + nc * 4.0 * 2 + N * 4.0);
         /* The rows path on two ranks: both ranks' rows, half of them in this rank's shard. */
-        fsdp_row_set sets[1] = {{0, dtok, 0, 1}};
+        fsdp_row_set sets[1] = {{0, dtok, 0, 1, -1}};
         TIME_MS(fsdp_cuda_add_rows(dwte, (int64_t)V * C / 2, (int64_t)V * C / 2, sets, 1, dy, N, C, A, 0), ms);
         bench_line("add_rows (half window)", shape, ms, nc * 2.0 + nc * 4.0 + N * 4.0);
         free(tok);
@@ -850,14 +854,19 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
 
     /* Tiny odd sizes take the scalar fallbacks; realistic sizes the vectorised paths. */
-    test_embedding(7, 5, 40, 1031, 16, 3, 1);
-    test_add_rows(10, 5, 40, 1031, 0, 1031 * 40 + 16 * 40);  /* the whole unit */
-    test_add_rows(10, 5, 40, 1031, 20616, 20632);             /* the second half: 8-aligned start */
-    test_add_rows(10, 5, 40, 1031, 1003, 41000);              /* unaligned: element-wise edges */
-    test_add_rows(10, 5, 40, 1031, 41120, 300);               /* rows of both sets around their border */
-    if (big) test_add_rows(8192, 1024, 2048, 128256, 131334144, 131334144);
-    if (big) test_embedding(4096, 2048, 2048, 8192, 2048, 0, 0);
-    if (big) test_embedding(4096, 1024, 2048, 512, 2048, 512, 1); /* many repeated tokens: atomics collide */
+    test_embedding(7, 5, 40, 1031, 16, 3, 1, 0);
+    test_embedding(7, 5, 40, 1031, 16, 3, 1, 1);
+    test_embedding(9, 3, 13, 50, 5, 2, 0, 1);                    /* C not a multiple of 8: scalar path */
+    test_add_rows(10, 5, 40, 1031, 0, 1031 * 40 + 16 * 40, 0);  /* the whole unit */
+    test_add_rows(10, 5, 40, 1031, 0, 1031 * 40 + 16 * 40, 1);  /* ... with a padding_idx */
+    test_add_rows(10, 5, 40, 1031, 20616, 20632, 0);             /* the second half: 8-aligned start */
+    test_add_rows(10, 5, 40, 1031, 1003, 41000, 0);              /* unaligned: element-wise edges */
+    test_add_rows(10, 5, 40, 1031, 1003, 41000, 1);
+    test_add_rows(10, 5, 40, 1031, 41120, 300, 0);               /* rows of both sets around their border */
+    if (big) test_add_rows(8192, 1024, 2048, 128256, 131334144, 131334144, 0);
+    if (big) test_embedding(4096, 2048, 2048, 8192, 2048, 0, 0, 0);
+    if (big) test_embedding(4096, 1024, 2048, 512, 2048, 512, 1, 0); /* many repeated tokens: atomics collide */
+    if (big) test_embedding(4096, 1024, 2048, 512, 2048, 512, 1, 1);
     test_rmsnorm(7, 40);
     test_rmsnorm(5, 2056); /* a multiple of 8 that is not one of 32 * 8 */
     if (big) test_rmsnorm(4096, 2048);

@@ -374,7 +374,18 @@ static void test_embedding(int with_wpe) {
 
     float *pe = rand_f(ne, 1.0f), *pp = rand_f(np_, 1.0f);
     float *dwte = copy_f(pe, ne), *dwpe = copy_f(pp, np_);
-    cpu_embedding_backward(dwte, with_wpe ? dwpe : NULL, c.R, c.tok, c.pos_offset, c.N, c.T, c.C);
+    cpu_embedding_backward(dwte, with_wpe ? dwpe : NULL, c.R, c.tok, -1, c.pos_offset, c.N, c.T, c.C);
+    /* padding_idx 3 (the most repeated token): its row gets nothing, every other row the same sums,
+     * and the positions of the padded tokens still get theirs. */
+    float *pad_wte = copy_f(pe, ne), *pad_wpe = copy_f(pp, np_);
+    cpu_embedding_backward(pad_wte, with_wpe ? pad_wpe : NULL, c.R, c.tok, 3, c.pos_offset, c.N, c.T, c.C);
+    int pad_ok = memcmp(pad_wte + 3 * c.C, pe + 3 * c.C, (size_t)c.C * sizeof(float)) == 0 &&
+                 memcmp(pad_wte, dwte, 3 * (size_t)c.C * sizeof(float)) == 0 &&
+                 memcmp(pad_wte + 4 * c.C, dwte + 4 * c.C, (ne - 4 * (size_t)c.C) * sizeof(float)) == 0 &&
+                 memcmp(pad_wpe, dwpe, np_ * sizeof(float)) == 0 &&
+                 memcmp(dwte + 3 * c.C, pe + 3 * c.C, (size_t)c.C * sizeof(float)) != 0;
+    check(pad_ok, "%-40s padding_idx: its row untouched, the rest as without", what);
+    free(pad_wte), free(pad_wpe);
     sub_f(dwte, pe, ne);
     if (!with_wpe) check(memcmp(dwpe, pp, np_ * sizeof(float)) == 0, "%-40s dwpe NULL: nothing else touched", what);
     sub_f(dwpe, pp, np_);
@@ -825,7 +836,7 @@ static void det_embedding(void *p, float *r) {
     det_ctx *c = p;
     float *dwte = r, *dwpe = r + c->V * c->C;
     memcpy(r, c->acc0, (size_t)(c->V + c->N) * c->C * sizeof(float));
-    cpu_embedding_backward(dwte, dwpe, c->inp, c->tok, 0, c->N, c->N, c->C);
+    cpu_embedding_backward(dwte, dwpe, c->inp, c->tok, -1, 0, c->N, c->N, c->C);
 }
 static void det_norms(void *p, float *r) {
     det_ctx *c = p;

@@ -41,6 +41,7 @@ void cpu_add_rows(float *dst, int64_t window_start, int64_t window_len, const fs
         for (int n = 0; n < N; n++) {
             const float *v = values + (size_t)n * C;
             for (int k = 0; k < nsets; k++) {
+                if (sets[k].rows && sets[k].rows[n] == sets[k].skip) continue;
                 int64_t first = sets[k].base + row_of(&sets[k], n) * C;
                 int64_t lo = first + c0 > window_start ? first + c0 : window_start;
                 int64_t hi = first + c1 < window_end ? first + c1 : window_end;
@@ -51,13 +52,13 @@ void cpu_add_rows(float *dst, int64_t window_start, int64_t window_len, const fs
 }
 
 /* The whole-table case of cpu_add_rows: the window covers every row. */
-void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int pos_offset,
-                            int N, int T, int C) {
+void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int padding_idx,
+                            int pos_offset, int N, int T, int C) {
     const int64_t everything = INT64_MAX / 2;
-    fsdp_row_set token_rows = {0, tokens, 0, 1};
+    fsdp_row_set token_rows = {0, tokens, 0, 1, padding_idx};
     cpu_add_rows(dwte, 0, everything, &token_rows, 1, dout, N, C);
     if (dwpe) {
-        fsdp_row_set position_rows = {0, NULL, pos_offset, T};
+        fsdp_row_set position_rows = {0, NULL, pos_offset, T, -1};
         cpu_add_rows(dwpe, 0, everything, &position_rows, 1, dout, N, C);
     }
 }

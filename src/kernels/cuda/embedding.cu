@@ -86,23 +86,24 @@ static __device__ __forceinline__ void atomic_addE(void *p, size_t i, int gbf16,
 }
 
 static __device__ __forceinline__ void emb_bwd(void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
-                                               int pos_offset, int T, int C, unsigned items, int bf16, int gbf16,
-                                               int E) {
+                                               int padding_idx, int pos_offset, int T, int C, unsigned items,
+                                               int bf16, int gbf16, int E) {
     unsigned groups = (unsigned)(C / E);
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < items; idx += gridDim.x * blockDim.x) {
         unsigned q = idx % groups, n = idx / groups;
         float d[8];
         ldE(dout, (size_t)n * groups + q, bf16, E, d);
-        atomic_addE(dwte, (size_t)tokens[n] * groups + q, gbf16, E, d);
+        if (tokens[n] != padding_idx) atomic_addE(dwte, (size_t)tokens[n] * groups + q, gbf16, E, d);
         if (dwpe) atomic_addE(dwpe, (size_t)(pos_offset + (int)(n % (unsigned)T)) * groups + q, gbf16, E, d);
     }
 }
 /* mode bits: 1 act bf16, 2 grad bf16, 4 vector path. */
-static __global__ void emb_bwd_kernel(void *dwte, void *dwpe, const void *dout, const int32_t *tokens, int pos_offset,
-                                      int T, int C, unsigned items, int mode) {
+static __global__ void emb_bwd_kernel(void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
+                                      int padding_idx, int pos_offset, int T, int C, unsigned items, int mode) {
 /* clang-format off */
 #define EMB_BWD_CASE(m) \
-    case m: emb_bwd(dwte, dwpe, dout, tokens, pos_offset, T, C, items, (m) & 1, ((m) >> 1) & 1, (m) & 4 ? 8 : 1); \
+    case m: emb_bwd(dwte, dwpe, dout, tokens, padding_idx, pos_offset, T, C, items, (m) & 1, ((m) >> 1) & 1, \
+                    (m) & 4 ? 8 : 1); \
         break;
     switch (mode) {
         EMB_BWD_CASE(0) EMB_BWD_CASE(1) EMB_BWD_CASE(2) EMB_BWD_CASE(3)
@@ -113,15 +114,15 @@ static __global__ void emb_bwd_kernel(void *dwte, void *dwpe, const void *dout, 
 }
 
 extern "C" void fsdp_cuda_embedding_backward(void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
-                                             int pos_offset, int N, int T, int C, fsdp_dtype act, fsdp_dtype grad,
-                                             cudaStream_t s) {
+                                             int padding_idx, int pos_offset, int N, int T, int C, fsdp_dtype act,
+                                             fsdp_dtype grad, cudaStream_t s) {
     if (N <= 0 || C <= 0) return;
     int vec = C % 8 == 0 && fsdp_cuda_aligned16(dout) && fsdp_cuda_aligned16(dwte) && fsdp_cuda_aligned16(dwpe);
     size_t items = (size_t)N * (vec ? C / 8 : C);
     FSDP_ASSERT(items < ((size_t)1 << 31));
     int mode = (act == FSDP_BF16) | (grad == FSDP_BF16) << 1 | vec << 2;
-    emb_bwd_kernel<<<fsdp_cuda_grid(items, EMB_THREADS), EMB_THREADS, 0, s>>>(dwte, dwpe, dout, tokens, pos_offset, T,
-                                                                              C, (unsigned)items, mode);
+    emb_bwd_kernel<<<fsdp_cuda_grid(items, EMB_THREADS), EMB_THREADS, 0, s>>>(dwte, dwpe, dout, tokens, padding_idx,
+                                                                              pos_offset, T, C, (unsigned)items, mode);
     fsdp_cuda_check_launch("embedding_backward");
 }
 
@@ -148,6 +149,7 @@ static __device__ __forceinline__ void add_rows_body(float *dst, const add_rows_
         float v[8];
         ldE(values, (size_t)n * groups + q, bf16, E, v);
         for (int k = 0; k < a->nsets; k++) {
+            if (a->sets[k].rows && a->sets[k].rows[n] == a->sets[k].skip) continue; /* padding_idx */
             long long e0 = a->sets[k].base + row_of(&a->sets[k], n) * C + (long long)q * E;
             if (e0 + E <= a->window_start || e0 >= a->window_end) continue;
             if (e0 >= a->window_start && e0 + E <= a->window_end) {

@@ -1,0 +1,27 @@
+/* The registry of model families (one line per family in src/model/families/). */
+#include "family.h"
+
+#include <stdio.h>
+#include <string.h>
+
+extern const fsdp_family fsdp_family_llama, fsdp_family_opt, fsdp_family_qwen2;
+
+static const fsdp_family *const FAMILIES[] = {&fsdp_family_llama, &fsdp_family_opt, &fsdp_family_qwen2, NULL};
+
+const fsdp_family *const *fsdp_families(void) { return FAMILIES; }
+
+const fsdp_family *fsdp_family_find(const char *model_type) {
+    for (int i = 0; FAMILIES[i]; i++)
+        if (!strcmp(FAMILIES[i]->model_type, model_type)) return FAMILIES[i];
+    return NULL;
+}
+
+const char *fsdp_family_names(void) {
+    static char names[256];
+    if (!names[0])
+        for (int i = 0; FAMILIES[i]; i++) {
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", FAMILIES[i]->model_type);
+        }
+    return names;
+}
