@@ -38,8 +38,8 @@ int fsdp_cmd_train(int argc, char **argv) {
 
     fsdp_arg args[] = {
         {"model", FSDP_ARG_STRING, &model, "NAME|PATH",
-         "A preset (llama-3.2-1b, llama-2-7b, opt-1.3b, tiny-llama, tiny-opt) or a Hugging Face config.json (or its "
-         "directory).", 1, 0, NULL, 0},
+         "A preset (llama-3.2-1b, llama-2-7b, opt-1.3b, qwen2.5-0.5b, tiny-llama, tiny-opt, tiny-qwen2) or a Hugging "
+         "Face config.json (or its directory) of a llama, opt or qwen2 model.", 1, 0, NULL, 0},
         {"strategy", FSDP_ARG_STRING, &strategy, "S",
          "Sharding: FULL (ZeRO-3; alias FULL_SHARD), SHARD_GRAD_OP (ZeRO-2), NO_SHARD (DDP) or HYBRID (FULL inside a "
          "node, replicated across nodes; alias HYBRID_SHARD). Case-insensitive.", 1, 0, NULL, 0},

@@ -1,5 +1,6 @@
 /* The whole model on the CUDA backend against the CPU backend: the loss and every parameter
- * gradient of one forward and backward, for tiny Llama (GQA, tied, llama3 rope), tiny OPT, and a
+ * gradient of one forward and backward, for tiny Llama (GQA, tied, llama3 rope), tiny OPT, tiny
+ * Qwen2 (q/k/v biases, untied), inputs holding the padding_idx where the model has one, and a
  * small Llama with head dimension 64 (the tensor-core attention path), with flash and eager
  * attention, in fp32 (tolerance 1e-4) and bf16 mixed precision against the CPU's bf16 emulation
  * (loss 1e-2, gradients 6e-2 with flash and 2e-1 with eager, whose dP is bf16).
@@ -123,6 +124,7 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
     int32_t *tok = malloc((size_t)N * 4), *tgt = malloc((size_t)N * 4);
     for (int i = 0; i < N; i++) {
         tok[i] = (int32_t)fsdp_rand_below(8, 1, (uint64_t)i, (uint32_t)cfg->vocab_size);
+        if (i % 6 == 2 && fsdp_model_padding_idx(cfg) >= 0) tok[i] = fsdp_model_padding_idx(cfg); /* padding_idx */
         tgt[i] = i % 9 == 4 ? -1 : (int32_t)fsdp_rand_below(8, 2, (uint64_t)i, (uint32_t)cfg->vocab_size);
         counted += tgt[i] >= 0;
     }
@@ -173,9 +175,11 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 77;
     }
-    fsdp_model_config tl, to, sl;
+    fsdp_model_config tl, to, tq, sl;
     fsdp_model_preset("tiny-llama", &tl);
     fsdp_model_preset("tiny-opt", &to);
+    fsdp_model_preset("tiny-qwen2", &tq);
+    tq.pad_token_id = 3; /* Qwen2's block with a padding_idx */
     fsdp_model_preset("tiny-llama", &sl);
     snprintf(sl.name, sizeof sl.name, "small-llama-d64");
     sl.hidden_size = 256, sl.num_heads = 4, sl.num_kv_heads = 2, sl.head_dim = 64, sl.intermediate_size = 512;
@@ -184,6 +188,7 @@ int main(int argc, char **argv) {
             fsdp_dtype a = act ? FSDP_BF16 : FSDP_F32;
             compare_model("tiny-llama", &tl, a, (fsdp_attn)attn, 2, 37);
             compare_model("tiny-opt", &to, a, (fsdp_attn)attn, 2, 37);
+            compare_model("tiny-qwen2", &tq, a, (fsdp_attn)attn, 2, 37);
             compare_model("small-llama-d64", &sl, a, (fsdp_attn)attn, 2, 200);
         }
     printf("test_gpu_model: %d of %d checks failed\n", failures, checks);
