@@ -45,6 +45,14 @@ static void cell_int(FILE *fp, long long x) {
 /* GiB: two decimals, or three significant digits below 1 (small models, the CPU backend). */
 static void cell_gib(FILE *fp, double x) { cellf(fp, x >= 1 || x == 0 ? "%.2f" : "%.3g", x); }
 
+/* A number, or "-" when there is none. */
+static void cellf_or_dash(FILE *fp, int have, const char *fmt, double x) {
+    if (have)
+        cellf(fp, fmt, x);
+    else
+        cell(fp, "-");
+}
+
 static void cell_tps(FILE *fp, double x) {
     char buf[64];
     cell(fp, thousands(x, buf, sizeof buf));
@@ -300,10 +308,10 @@ static void runs(FILE *fp, const fsdp_report_content *c) {
         cell_int(fp, s->final_step);
         cell_tps(fp, s->tokens_per_s_per_gpu);
         cellf(fp, "%.3g", s->tflops_per_gpu);
-        if (s->mfu > 0) cellf(fp, "%.1f%%", 100.0 * s->mfu); else cell(fp, "-");
+        cellf_or_dash(fp, s->mfu > 0, "%.1f%%", 100.0 * s->mfu);
         cell_gib(fp, s->max_reserved_gib);
-        if (r->m.num_loss) cellf(fp, "%.4f", r->m.loss[r->m.num_loss - 1].value); else cell(fp, "-");
-        if (r->m.num_eval) cellf(fp, "%.4f", r->m.eval[r->m.num_eval - 1].value); else cell(fp, "-");
+        cellf_or_dash(fp, r->m.num_loss, "%.4f", r->m.num_loss ? r->m.loss[r->m.num_loss - 1].value : 0.0);
+        cellf_or_dash(fp, r->m.num_eval, "%.4f", r->m.num_eval ? r->m.eval[r->m.num_eval - 1].value : 0.0);
         fputc('\n', fp);
     }
     fputc('\n', fp);
@@ -319,7 +327,7 @@ static void runs(FILE *fp, const fsdp_report_content *c) {
         fputs("|", fp);
         cell(fp, r->name);
         cell_int(fp, r->m.num_records);
-        if (r->m.num_loss) cell_int(fp, r->m.loss[r->m.num_loss - 1].step); else cell(fp, "-");
+        cellf_or_dash(fp, r->m.num_loss, "%.0f", r->m.num_loss ? r->m.loss[r->m.num_loss - 1].step : 0);
         fputc('\n', fp);
     }
     fputc('\n', fp);

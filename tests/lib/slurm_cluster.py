@@ -48,6 +48,17 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _memory_mb():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 2
+
+
 def _which(name):
     for d in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"):
         p = os.path.join(d, name)
@@ -57,13 +68,14 @@ def _which(name):
 
 
 class SlurmCluster:
-    def __init__(self, cpus=None, gpus=0, memory_mb=4000, extra_conf="", workdir=None):
+    def __init__(self, cpus=None, gpus=0, memory_mb=None, extra_conf="", workdir=None):
         """cpus: CPUs the node offers (default: this machine's); gpus: stand-in `gpu` GRES the node
         offers, so job scripts asking for `--gres gpu:N` run unchanged (no real device is bound);
-        extra_conf: lines appended to slurm.conf (JobRequeue=1, say)."""
+        memory_mb: the node's memory (default: half of this machine's; more than it has would
+        leave the node unusable); extra_conf: lines appended to slurm.conf (JobRequeue=1, say)."""
         self.cpus = cpus or os.cpu_count() or 1
         self.gpus = gpus
-        self.memory_mb = memory_mb
+        self.memory_mb = memory_mb or max(1, _memory_mb() // 2)
         self.extra_conf = extra_conf
         self.dir = workdir
         self.procs = {}

@@ -31,6 +31,9 @@ try:
 except SlurmUnavailable as e:
     print("SKIPPED: %s" % e)
     sys.exit(77)
+except SlurmError as e:
+    t.fail("the one-node SLURM cluster did not start: %s" % e)
+    t.finish()
 print("ok: a one-node SLURM cluster is up in %.1f s (%s)" % (time.time() - start, cluster.dir), flush=True)
 
 try:
