@@ -80,7 +80,8 @@ fsdp_model_tag() {
 
 # RESULTS_DIR/KIND-<model>-<N>gpu[-<K>node]: the folder of one experiment of this job.
 fsdp_experiment_dir() {
-    local dir="$RESULTS_DIR/$1-$(fsdp_model_tag)-$(fsdp_world)gpu"
+    local dir
+    dir="$RESULTS_DIR/$1-$(fsdp_model_tag)-$(fsdp_world)gpu"
     [ "$(fsdp_nodes)" -gt 1 ] && dir="$dir-$(fsdp_nodes)node"
     echo "$dir"
 }

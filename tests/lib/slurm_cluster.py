@@ -20,6 +20,7 @@ marker is how stop() finds every process the cluster started, jobs included, and
         cluster.stop()                                  # every daemon and job process it started
 
 Needs root (slurmd starts jobs as their users) and the packages tools/bootstrap.sh --tests installs.
+FSDP_KEEP_SLURM=1 keeps the cluster's directory (config, daemon logs) after stop() for debugging.
 """
 import os
 import shutil
