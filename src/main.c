@@ -14,6 +14,7 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"train", fsdp_cmd_train, "train or fine-tune a Llama or OPT model with FSDP over MPI ranks"},
+    {"report", fsdp_cmd_report, "tables and plots (report.md, PNG) of the course's experiments from run metrics"},
 };
 
 static void usage(FILE *out) {

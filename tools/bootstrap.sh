@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what fsdp.c needs from Debian's packages (only the ones missing) and builds it in build/.
 #   tools/bootstrap.sh            # packages to build and run
-#   tools/bootstrap.sh --tests    # also the packages the test suite needs (PyTorch and h5py for /usr/bin/python3)
+#   tools/bootstrap.sh --tests    # also the packages the test suite needs (PyTorch and h5py for /usr/bin/python3;
+#                                 # gnuplot for fsdp report; SLURM and munge for the one-node cluster of slurm_sweeps.py)
 # The CUDA backend is built when nvcc (CUDA 12.8+ toolkit with NCCL) is found; pass FSDP_CMAKE_ARGS to override,
 # e.g. FSDP_CMAKE_ARGS=-DFSDP_CUDA=OFF.
 set -euo pipefail
@@ -11,6 +12,7 @@ packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-de
           libpcre2-dev)
 if [ "${1:-}" = "--tests" ]; then
   packages+=(python3-torch python3-h5py python3-numpy)
+  packages+=(gnuplot-nox fonts-dejavu-core slurmctld slurmd slurm-client munge libpmix2)
 fi
 
 missing=()

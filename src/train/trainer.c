@@ -338,6 +338,25 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
     }
 }
 
+/* What the run was, for `fsdp report` to classify it (docs/FORMATS.md): its flags as the course names
+ * them, the effective precisions and the topology the strategy used. */
+static json_t *summary_config(const fsdp_trainer *t) {
+    const fsdp_train_options *o = &t->opt;
+    long long global_batch = (long long)o->mbs * o->grad_accum * t->topo.world;
+    /* A model path that is not UTF-8 cannot be a JSON string: null keeps the other fields. */
+    json_t *model = json_string(o->model);
+    json_t *cfg = json_pack("{s:o, s:I, s:i, s:i, s:i, s:I, s:I, s:s, s:s, s:s, s:i, s:i}", "model",
+                            model ? model : json_null(), "params", (json_int_t)fsdp_model_num_params(&t->cfg),
+                            "mbs", o->mbs, "seq", o->seq, "grad_accum", o->grad_accum, "global_batch",
+                            (json_int_t)global_batch, "tokens_per_step", (json_int_t)(global_batch * o->seq),
+                            "model_precision", fsdp_dtype_name(o->master_dtype), "mixed_precision",
+                            o->compute_dtype == FSDP_BF16 ? "bf16" : "no", "attn",
+                            o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", "nodes", t->topo.num_nodes,
+                            "ranks_per_node", t->topo.node_size);
+    if (!cfg) fsdp_fatal("out of host memory building the metrics summary");
+    return cfg;
+}
+
 static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int timed_steps, double total_s,
                            fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
@@ -367,7 +386,9 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
                                 fsdp_json_number(t->be->peak_tflops > 0 ? tflops / t->be->peak_tflops : 0.0),
                                 "max_reserved_gib", fsdp_json_number(gib), "world_size", t->topo.world, "strategy",
                                 fsdp_strategy_name(o->strategy), "device", t->be->device_name);
-        if (!rec) fsdp_fatal("out of host memory building the metrics summary");
+        json_t *cfg = summary_config(t);
+        if (!rec || json_object_update(rec, cfg) != 0) fsdp_fatal("out of host memory building the metrics summary");
+        json_decref(cfg);
         fsdp_metrics_write(t->metrics, rec, err);
         json_decref(rec);
     }

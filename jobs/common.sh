@@ -1,0 +1,158 @@
+# jobs/common.sh: sourced by the job scripts of fsdp.c (train.slurm, ladder.slurm, strategies.slurm,
+# report.slurm, scaling.sh). It gives them the course's variables with their defaults, the environment
+# of the ranks, the launch line (one MPI rank per GPU: `srun --mpi=pmix` inside a SLURM job, `mpirun`
+# outside one), and fsdp_run, which runs one configuration into its own folder of the results.
+#
+# Variables (set them in the environment before sbatch, which passes it on, or with --export):
+#   DEVICE            cuda (default) | cpu: the CPU backend with a tiny model at tiny sizes, for tests
+#   MODEL             a preset or a config.json        cuda: llama-3.2-1b   cpu: tiny-llama
+#   SEQUENCE_LEN      tokens per sample                cuda: 1024           cpu: 64
+#   MAX_STEPS         optimizer steps per run          cuda: 450 (the course's)  cpu: 4
+#   MICRO_BATCH_SIZE  samples per GPU per step         (each script has its own default)
+#   MODEL_PRECISION   fp32 | bf16                      (default fp32)
+#   MIXED_PRECISION   no | bf16                        (default bf16)
+#   ATTN              eager | flash                    (default flash; the course's sdpa)
+#   STRATEGY          FULL | SHARD_GRAD_OP | NO_SHARD | HYBRID   (default FULL)
+#   RESULTS_DIR       where the runs go                (default: results, under the submission folder)
+#   EXTRA_ARGS        more `fsdp train` flags, e.g. "--grad-accum 4 --lr 1e-5"
+#   CHECKPOINTS       yes | no: checkpoint into RUN/ckpt and continue with --resume auto when the job
+#                     runs again (train.slurm: yes; the sweeps: no, and a run already finished is skipped)
+#   CKPT_EVERY        with CHECKPOINTS=yes, also checkpoint every N steps (default 0: at the end only)
+#   FSDP_BIN          the program (default: build/fsdp of this repository)
+#   FSDP_SETUP        a file sourced first, e.g. one with the `module load` lines of your cluster
+#   RANKS             outside SLURM only: ranks for mpirun (default: the GPUs; with DEVICE=cpu, 2)
+#
+# Each run's folder: metrics.jsonl (fsdp train --metrics), train.log (its output), done (written when
+# it finished), ckpt/ (with CHECKPOINTS=yes). The layout of a results folder is in README.md
+# ("Sweeps and reports").
+
+FSDP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+FAILED_RUNS=()
+
+# The course's variables with their defaults, exported so that jobs submitted from here see them.
+fsdp_setup() {
+    if [ -n "${FSDP_SETUP:-}" ]; then
+        # shellcheck disable=SC1090
+        . "$FSDP_SETUP" || { echo "fsdp: error: FSDP_SETUP=$FSDP_SETUP failed" >&2; exit 2; }
+    fi
+    DEVICE=${DEVICE:-cuda}
+    case $DEVICE in
+        cuda) : "${MODEL:=llama-3.2-1b}" "${SEQUENCE_LEN:=1024}" "${MAX_STEPS:=450}" ;;
+        cpu) : "${MODEL:=tiny-llama}" "${SEQUENCE_LEN:=64}" "${MAX_STEPS:=4}" ;;
+        *) echo "fsdp: error: DEVICE=$DEVICE is neither cuda nor cpu" >&2; exit 2 ;;
+    esac
+    : "${MODEL_PRECISION:=fp32}" "${MIXED_PRECISION:=bf16}" "${ATTN:=flash}" "${STRATEGY:=FULL}"
+    : "${RESULTS_DIR:=${SLURM_SUBMIT_DIR:-$PWD}/results}" "${EXTRA_ARGS:=}" "${CHECKPOINTS:=no}" "${CKPT_EVERY:=0}"
+    : "${FSDP_BIN:=$FSDP_ROOT/build/fsdp}"
+    export DEVICE MODEL SEQUENCE_LEN MAX_STEPS MODEL_PRECISION MIXED_PRECISION ATTN STRATEGY RESULTS_DIR EXTRA_ARGS
+    export CHECKPOINTS CKPT_EVERY FSDP_BIN
+    [ -n "${MICRO_BATCH_SIZE:-}" ] && export MICRO_BATCH_SIZE
+    if [ ! -x "$FSDP_BIN" ]; then
+        echo "fsdp: error: FSDP_BIN=$FSDP_BIN is not a program (build fsdp.c first: tools/bootstrap.sh)" >&2
+        exit 2
+    fi
+
+    # The ranks' environment: OpenMP threads for the CPU backend, parallel HDF5 on file systems without
+    # POSIX locks (GPFS, Lustre), and srun's CPUs per task (srun no longer takes it from sbatch).
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
+    export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
+    [ -n "${SLURM_CPUS_PER_TASK:-}" ] && export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+    if [ -z "${SLURM_JOB_ID:-}" ] && [ -z "${RANKS:-}" ]; then
+        RANKS=2
+        if [ "$DEVICE" = cuda ] && command -v nvidia-smi >/dev/null 2>&1; then
+            RANKS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+            [ "${RANKS:-0}" -gt 0 ] || RANKS=1
+        fi
+    fi
+    return 0
+}
+
+# The ranks and nodes of this job (or of mpirun outside SLURM).
+fsdp_world() { echo "${SLURM_NTASKS:-${RANKS:-1}}"; }
+fsdp_nodes() { echo "${SLURM_JOB_NUM_NODES:-1}"; }
+
+# A short name of the model for folder names: the preset, or the folder of a config.json.
+fsdp_model_tag() {
+    local m=${MODEL%/}
+    m=${m%/config.json}
+    basename "$m"
+}
+
+# RESULTS_DIR/KIND-<model>-<N>gpu[-<K>node]: the folder of one experiment of this job.
+fsdp_experiment_dir() {
+    local dir
+    dir="$RESULTS_DIR/$1-$(fsdp_model_tag)-$(fsdp_world)gpu"
+    [ "$(fsdp_nodes)" -gt 1 ] && dir="$dir-$(fsdp_nodes)node"
+    echo "$dir"
+}
+
+# The launch line: one rank per GPU (the job's --ntasks-per-node), MPI starting NCCL, no torchrun.
+fsdp_launcher() {
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        LAUNCHER=(srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1)
+    else
+        LAUNCHER=(mpirun -np "$RANKS" --bind-to none)
+    fi
+}
+
+# fsdp_run RUN_DIR [fsdp train flags]: one configuration. Its output goes to RUN_DIR/train.log and to
+# the job's log; a failure (out of memory, say) is recorded and the sweep goes on. While it runs,
+# FSDP_STEP_PID is the launcher's process (srun or mpirun), for a signal trap to forward signals to;
+# a trapped signal does not end the wait for it.
+fsdp_run() {
+    local dir=$1 rc tail_pid
+    shift
+    mkdir -p "$dir" || { FAILED_RUNS+=("$dir (cannot create it)"); return 1; }
+    local ckpt=()
+    if [ "$CHECKPOINTS" = yes ]; then
+        ckpt=(--ckpt-dir "$dir/ckpt" --resume auto)
+        [ "$CKPT_EVERY" -gt 0 ] && ckpt+=(--ckpt-every "$CKPT_EVERY")
+    elif [ -f "$dir/done" ]; then
+        echo "== $dir: finished by an earlier job, skipped (remove the folder to run it again)"
+        return 0
+    fi
+    rm -f "$dir/done"
+    # shellcheck disable=SC2206
+    local cmd=(train --model "$MODEL" --seq "$SEQUENCE_LEN" --steps "$MAX_STEPS" --device "$DEVICE"
+               --metrics "$dir/metrics.jsonl" "${ckpt[@]}" "$@" $EXTRA_ARGS)
+    fsdp_launcher
+    echo "== $(date '+%F %T') $dir"
+    echo "   ${LAUNCHER[*]} $FSDP_BIN ${cmd[*]}"
+    "${LAUNCHER[@]}" "$FSDP_BIN" "${cmd[@]}" >"$dir/train.log" 2>&1 &
+    FSDP_STEP_PID=$!
+    tail -n +1 -f --pid="$FSDP_STEP_PID" "$dir/train.log" &
+    tail_pid=$!
+    while :; do
+        wait "$FSDP_STEP_PID"
+        rc=$?
+        kill -0 "$FSDP_STEP_PID" 2>/dev/null || break
+    done
+    wait "$tail_pid" 2>/dev/null
+    FSDP_STEP_PID=
+    if [ "$rc" -eq 0 ]; then
+        date '+finished %F %T' >"$dir/done"
+    else
+        FAILED_RUNS+=("$dir (exit $rc)")
+    fi
+    return "$rc"
+}
+
+# fsdp_report DIR: the course's tables and plots of DIR in DIR/report (tables only without gnuplot).
+fsdp_report() {
+    local plots=() price=()
+    command -v gnuplot >/dev/null 2>&1 || { plots=(--plots=no); echo "== no gnuplot here: tables only"; }
+    [ -n "${GPU_HOUR_PRICE:-}" ] && price=(--gpu-hour-price "$GPU_HOUR_PRICE")
+    "$FSDP_BIN" report "$@" --out "${REPORT_DIR:-$1/report}" "${plots[@]}" "${price[@]}" ||
+        FAILED_RUNS+=("fsdp report $*")
+}
+
+# The job's exit status: 0 when every run finished.
+fsdp_finish() {
+    if [ "${#FAILED_RUNS[@]}" -eq 0 ]; then
+        echo "== all runs finished"
+        exit 0
+    fi
+    echo "== failed:"
+    printf '   %s\n' "${FAILED_RUNS[@]}"
+    exit 1
+}

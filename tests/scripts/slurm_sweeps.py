@@ -1,0 +1,122 @@
+"""The job scripts on a real SLURM: a one-node cluster from Debian's packages (tests/lib/slurm_cluster.py)
+runs jobs/ladder.slurm and jobs/strategies.slurm through sbatch, as a user submits them, in CPU mode
+at tiny sizes, and jobs/scaling.sh submits its points and its report job with a dependency. Then
+`fsdp report` over the results gives the course's tables, whose numbers are checked against the runs'
+metrics, and valid plots. Skips (77) only where SLURM cannot run: not root.
+
+Until `fsdp train --mbs auto` exists the ladder's last rung runs with LAST_RUNG_MBS=4."""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import fsdptest as t
+import report_check as rc
+from slurm_cluster import SlurmCluster, SlurmError, SlurmUnavailable
+
+JOBS = os.path.join(t.ROOT, "jobs")
+start = time.time()
+work = t.tmpdir("slurm_sweeps")
+results = os.path.join(work, "results")
+# What a user sets for a test on CPUs: the rest are the scripts' defaults.
+env = {"DEVICE": "cpu", "FSDP_BIN": t.BIN, "RESULTS_DIR": results, "MICRO_BATCH_SIZE": "2", "LAST_RUNG_MBS": "4",
+       "MAX_STEPS": "3", "SEQUENCE_LEN": "32", "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+       "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+# The scripts ask for 20 CPUs per GPU (MareNostrum 5); this node has a few.
+cpus = ["--cpus-per-task", "1"]
+
+try:
+    cluster = SlurmCluster(gpus=2).start()
+except SlurmUnavailable as e:
+    print("SKIPPED: %s" % e)
+    sys.exit(77)
+except SlurmError as e:
+    t.fail("the one-node SLURM cluster did not start: %s" % e)
+    t.finish()
+print("ok: a one-node SLURM cluster is up in %.1f s (%s)" % (time.time() - start, cluster.dir), flush=True)
+
+try:
+    ladder = cluster.sbatch(os.path.join(JOBS, "ladder.slurm"), cpus, env=env, cwd=work)
+    strategies = cluster.sbatch(os.path.join(JOBS, "strategies.slurm"),
+                                ["--nodes", "1", "--ntasks-per-node", "2", "--gres", "gpu:2"] + cpus, env=env, cwd=work)
+    p = subprocess.run(["bash", os.path.join(JOBS, "scaling.sh")], cwd=work, capture_output=True, text=True,
+                       timeout=120, env=dict(cluster.env, GPUS="1 2", GPUS_PER_NODE="2", SBATCH_ARGS=" ".join(cpus),
+                                             **env))
+    t.check(p.returncode == 0 and p.stdout.strip().splitlines()[-1].startswith("jobs: "),
+            "scaling.sh submits its points (exit %d) %s" % (p.returncode, p.stderr[-500:]))
+    scaling = p.stdout.strip().splitlines()[-1].split()[1:]
+    t.check(len(scaling) == 3, "scaling.sh: a job for 1 GPU, one for 2, and the report job (%s)" % scaling)
+    report_job = scaling[-1]
+    dependency = cluster.job(report_job).get("Dependency", "")
+    t.check(all("afterany:%s" % j in dependency or cluster.state(j) == "COMPLETED" for j in scaling[:-1]),
+            "the report job depends on both points (%s)" % dependency)
+
+    states = cluster.wait([ladder, strategies] + scaling, timeout=240)
+    t.check(all(s == "COMPLETED" for s in states.values()), "every job completed %s (%.0f s)" %
+            (states, time.time() - start))
+    # SLURM's times have whole seconds, in ISO form: they compare as text.
+    started = cluster.job(report_job).get("StartTime", "")
+    ended = max(cluster.job(j).get("EndTime", "~") for j in scaling[:-1])
+    t.check(started >= ended, "the report job started when both points had ended (%s >= %s)" % (started, ended))
+    for job, name in ((ladder, "ladder"), (strategies, "strategies")):
+        t.check(cluster.job(job).get("ExitCode") == "0:0", "%s.slurm exited 0" % name)
+
+    # Submitted again, a sweep skips the runs it finished.
+    metrics = os.path.join(results, "strategies-tiny-llama-2gpu", "FULL-fp32-bf16-flash-mbs2", "metrics.jsonl")
+    before = os.stat(metrics).st_mtime_ns
+    again = cluster.sbatch(os.path.join(JOBS, "strategies.slurm"),
+                           ["--nodes", "1", "--ntasks-per-node", "2", "--gres", "gpu:2"] + cpus, env=env, cwd=work)
+    t.check(cluster.wait(again, timeout=60) == "COMPLETED", "strategies.slurm submitted again completes")
+    with open(os.path.join(work, "R-fsdp-strategies.%s.out" % again)) as f:
+        log = f.read()
+    t.check(log.count("finished by an earlier job, skipped") == 4 and os.stat(metrics).st_mtime_ns == before,
+            "it skips the four finished strategies and leaves their metrics alone")
+except SlurmError as e:
+    t.fail(str(e))
+    for name in sorted(os.listdir(work)):
+        if name.startswith("R-"):
+            with open(os.path.join(work, name)) as f:
+                print("---- %s\n%s" % (name, f.read()[-3000:]))
+finally:
+    cluster.stop()
+t.check(not cluster.processes(), "the cluster's daemons and job processes are all gone")
+
+# ---- what the jobs wrote ----
+ladder_dir = os.path.join(results, "ladder-tiny-llama-1gpu")
+strategies_dir = os.path.join(results, "strategies-tiny-llama-2gpu")
+scaling_dir = os.path.join(results, "scaling-tiny-llama-FULL-mbs2")
+runs = rc.runs_under(results)
+rungs = sorted(os.path.basename(n) for n in runs if n.startswith("results/ladder-"))
+t.check(rungs == ["rung1-fp32-no-eager-mbs2", "rung2-fp32-bf16-eager-mbs2", "rung3-bf16-bf16-eager-mbs2",
+                  "rung4-bf16-bf16-flash-mbs2", "rung5-bf16-bf16-flash-mbs2", "rung6-bf16-bf16-flash-mbs4"],
+        "ladder.slurm ran the six rungs into folders named by their configuration")
+t.check(sorted(os.path.basename(n).split("-")[0] for n in runs if n.startswith("results/strategies-")) ==
+        ["FULL", "HYBRID", "NO_SHARD", "SHARD_GRAD_OP"], "strategies.slurm ran every strategy")
+t.check(all(s and s["world_size"] == 2 and s["nodes"] == 1 for n, s in runs.items()
+            if n.startswith("results/strategies-")), "each strategy ran on the job's two ranks (srun, one node)")
+t.check(sorted((s["world_size"], s["final_step"]) for n, s in runs.items() if n.startswith("results/scaling-")) ==
+        [(1, 3), (2, 3)], "scaling.sh ran 1 and 2 ranks to the last step")
+t.check(all(s and s["final_step"] == 3 and s["device"].startswith("CPU") for s in runs.values()),
+        "every run has its summary, on the CPU backend")
+for d in (ladder_dir, strategies_dir, scaling_dir):
+    t.check(os.path.exists(os.path.join(d, "report", "report.md")), "the job wrote its own report in %s/report" %
+            os.path.relpath(d, work))
+t.check(all(os.path.exists(os.path.join(results, n[len("results/"):], f)) for n in runs for f in ("done", "train.log")),
+        "each run folder has its log and its done mark")
+
+# ---- the report over everything ----
+out = os.path.join(work, "report")
+p = subprocess.run([t.BIN, "report", "results", "--out", out, "--gpu-hour-price", "3"], cwd=work, env=t.ENV,
+                   capture_output=True, text=True, timeout=120)
+t.check(p.returncode == 0, "fsdp report over the results (exit %d) %s" % (p.returncode, p.stderr[-500:]))
+with open(os.path.join(out, "report.md")) as f:
+    md = f.read()
+rc.check_ladder(md, runs, "results/ladder-tiny-llama-1gpu", "slurm")
+rc.check_strategies(md, runs, "results/strategies-tiny-llama-2gpu", "slurm")
+rc.check_scaling(md, runs, "results/scaling-tiny-llama-FULL-mbs2", "slurm", price=3)
+named = rc.check_images(md, out, "slurm")
+t.check(len(named) == 7, "plots of the ladder, strategies, scaling and its cost, and three loss plots (%d)" % len(named))
+
+print("ran in %.0f s" % (time.time() - start))
+t.finish()
