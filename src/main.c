@@ -14,6 +14,7 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"train", fsdp_cmd_train, "train or fine-tune a Llama or OPT model with FSDP over MPI ranks"},
+    {"tokenize", fsdp_cmd_tokenize, "encode text to token ids (or decode ids) with a Hugging Face tokenizer.json"},
 };
 
 static void usage(FILE *out) {
