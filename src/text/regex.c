@@ -7,53 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "textbuf.h"
 #include "utf8.h"
-
-/* Oniguruma's \s (with a Unicode encoding) is [\t\n\v\f\r\x{85}\p{Z}]; PCRE2's (with UCP) lacks
- * U+0085. Outside a class \s becomes [\s\x{85}] and \S [^\s\x{85}]; inside one, \s gains \x{85}
- * beside it; \S inside a class cannot be expanded and is refused by the caller's compile. */
-static int translate(const char *p, size_t n, fsdp_buf *out) {
-    int in_class = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = p[i];
-        if (c == '\\' && i + 1 < n) {
-            char d = p[i + 1];
-            if (d == 's') fsdp_buf_add(out, in_class ? "\\s\\x{85}" : "[\\s\\x{85}]", in_class ? 8 : 10);
-            else if (d == 'S' && !in_class) fsdp_buf_add(out, "[^\\s\\x{85}]", 11);
-            else if (d == 'S') return -1;
-            else fsdp_buf_add(out, p + i, 2);
-            i++;
-            continue;
-        }
-        if (c == '[' && !in_class) {
-            in_class = 1;
-            fsdp_buf_addc(out, c);
-            /* a ']' right after '[' or '[^' is a literal member */
-            if (i + 1 < n && p[i + 1] == '^') fsdp_buf_addc(out, p[++i]);
-            if (i + 1 < n && p[i + 1] == ']') fsdp_buf_addc(out, p[++i]);
-            continue;
-        }
-        if (c == ']' && in_class) in_class = 0;
-        fsdp_buf_addc(out, c);
-    }
-    return 0;
-}
 
 int fsdp_regex_compile(fsdp_regex *r, const char *pattern, size_t n, int literal, const char *what, fsdp_err *err) {
     r->code = NULL;
-    fsdp_buf p = {0};
-    if (literal) {
-        fsdp_buf_add(&p, pattern, n);
-    } else if (translate(pattern, n, &p)) {
-        fsdp_buf_free(&p);
-        return fsdp_errf(err, "%s: \\S inside a character class is not supported", what);
-    }
     int code;
     PCRE2_SIZE offset;
     uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    pcre2_code *c = pcre2_compile((PCRE2_SPTR)p.p, p.n, options, &code, &offset, NULL);
-    fsdp_buf_free(&p);
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)pattern, n, options, &code, &offset, NULL);
     if (!c) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);

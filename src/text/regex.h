@@ -1,8 +1,8 @@
 /* The tokenizer's regular expressions through PCRE2 (UTF and Unicode-property mode, JIT): the
  * Split pre-tokenizer's pattern, ByteLevel's GPT-2 pattern, Replace patterns. tokenizers runs them
- * with Oniguruma; both are backtracking engines with the same leftmost-first alternation, and the
- * one class where their Unicode tables disagree (\s: Oniguruma includes U+0085, PCRE2 does not) is
- * rewritten to agree (see regex.c).
+ * with Oniguruma; both are backtracking engines with the same leftmost-first alternation and the
+ * same Unicode classes for what tokenizer patterns use (\s, \p{L}, \p{N}, (?i:...), (?!\S)), which
+ * the parity test checks line by line (tests/scripts/tokenizer_parity.py), U+0085 and U+2028 included.
  *
  * A compiled fsdp_regex is shared by every thread; each thread matches with its own scratch. */
 #ifndef FSDP_TEXT_REGEX_H

@@ -11,7 +11,7 @@
 const fs = require('fs');
 const path = require('path');
 const [moduleDir, tokenizerPath, mode, input, output, option] = process.argv.slice(2);
-const {Tokenizer} = require(path.join(moduleDir, 'node_modules', '@anush008', 'tokenizers'));
+const {Tokenizer} = require(path.resolve(moduleDir, 'node_modules', '@anush008', 'tokenizers'));
 const tokenizer = Tokenizer.fromFile(tokenizerPath);
 
 function lines(file) {
@@ -40,15 +40,15 @@ async function decode() {
 }
 
 async function bench() {
-  const text = fs.readFileSync(input, 'utf8');
+  // chunks end after the newline that brings them to at least CHUNK_BYTES, as bench/tokenizer_bench.c cuts
+  const data = fs.readFileSync(input);
   const chunkBytes = Number(output);
   const chunks = [];
-  let cur = '';
-  for (const line of text.split('\n')) {
-    cur += line + '\n';
-    if (Buffer.byteLength(cur) >= chunkBytes) { chunks.push(cur); cur = ''; }
+  let start = 0;
+  for (let i = data.indexOf(10); i >= 0; i = data.indexOf(10, i + 1)) {
+    if (i + 1 - start >= chunkBytes) { chunks.push(data.toString('utf8', start, i + 1)); start = i + 1; }
   }
-  if (cur) chunks.push(cur);
+  if (start < data.length) chunks.push(data.toString('utf8', start));
   const seconds = [];
   let tokens = 0;
   for (let r = 0; r < Number(option); r++) {
@@ -57,7 +57,7 @@ async function bench() {
     for (const c of chunks) tokens += (await tokenizer.encode(c, null, {addSpecialTokens: false})).getIds().length;
     seconds.push(Number(process.hrtime.bigint() - t0) / 1e9);
   }
-  console.log(JSON.stringify({bytes: Buffer.byteLength(text), chunks: chunks.length, tokens, seconds}));
+  console.log(JSON.stringify({bytes: data.length, chunks: chunks.length, seconds, tokens}));
 }
 
 ({encode, decode, bench})[mode]().catch((e) => { console.error(e); process.exit(1); });
