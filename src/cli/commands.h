@@ -5,5 +5,6 @@
 
 int fsdp_cmd_train(int argc, char **argv);
 int fsdp_cmd_tokenize(int argc, char **argv);
+int fsdp_cmd_prepare(int argc, char **argv);
 
 #endif

@@ -30,6 +30,9 @@ json_t *fsdp_json_load_text(const char *text, size_t len, const char *origin, fs
 json_t *fsdp_json_load_value(const char *text, size_t len, const char *origin, fsdp_err *err) {
     json_error_t je;
     json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (v) return v;
+    /* a value on one line (a JSON Lines record): the origin names the line, Jansson's column follows */
+    if (je.line == 1) return fsdp_errf(err, "%s: column %d: %s", origin, je.column, je.text), NULL;
     return loaded(v, &je, origin, err);
 }
 

@@ -16,7 +16,7 @@ struct fsdp_bpe_merge {
 };
 
 /* Words longer than this are not cached (tokenizers' MAX_LENGTH); the cache is emptied when full. */
-enum { CACHE_MAX_WORD = 256, CACHE_MAX_ENTRIES = 1 << 18 };
+enum { CACHE_MAX_WORD = 256, CACHE_MAX_ENTRIES = 1 << 16 };
 
 static int lookup_fail(fsdp_err *err, const char *file, size_t i, const fsdp_tj_str *t) {
     return fsdp_errf(err, "%s: model.merges[%zu]: \"%s\" is not in model.vocab", file, i, t->s);

@@ -8,10 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/utf8.h"
 #include "textbuf.h"
-
-/* The offset of the first byte that does not start a valid UTF-8 sequence, or n when all are valid. */
-size_t fsdp_utf8_invalid(const char *s, size_t n);
 
 /* Bytes of the sequence a valid lead byte starts. */
 static inline int fsdp_utf8_len(unsigned char lead) {

@@ -18,45 +18,13 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import fsdptest as t
+from tokfixtures import fixtures, gpt2_tokenizer
 
 D = t.tmpdir("tokenizer-parity")
 ORACLE = os.path.join(t.ROOT, "tests", "lib", "tokenizers_oracle.js")
-FX = subprocess.run(["bash", os.path.join(t.ROOT, "tools", "fixtures.sh")], capture_output=True, text=True,
-                    check=True).stdout.strip().splitlines()[-1]
+FX = fixtures()
 ENGLISH_BYTES = 1_300_000
 started = time.time()
-
-
-def gpt2_tokenizer(path, pre_tokenizer=None):
-    """A GPT-2 tokenizer.json as Hugging Face writes it, plus added tokens that exercise every flag."""
-    vocab = json.load(open(os.path.join(FX, "gpt2", "encoder.json"), encoding="utf-8"))
-    merges = [l for l in open(os.path.join(FX, "gpt2", "vocab.bpe"), encoding="utf-8").read().split("\n")[1:] if l]
-    added = [dict(id=50256, content="<|endoftext|>", single_word=False, lstrip=False, rstrip=False, normalized=True,
-                  special=True),
-             dict(id=50257, content="<mask>", single_word=False, lstrip=True, rstrip=False, normalized=False,
-                  special=True),
-             dict(id=50258, content="[WORD]", single_word=True, lstrip=False, rstrip=False, normalized=False,
-                  special=False),
-             dict(id=50259, content="<rs>", single_word=False, lstrip=False, rstrip=True, normalized=True,
-                  special=False),
-             dict(id=50260, content=" hello world", single_word=False, lstrip=False, rstrip=False, normalized=True,
-                  special=False)]
-    doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-           "pre_tokenizer": pre_tokenizer or {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                                              "use_regex": True},
-           "post_processor": {"type": "Sequence", "processors": [
-               {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
-               {"type": "TemplateProcessing",
-                "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-                "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}}}]},
-           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                     "vocab": vocab, "merges": merges}}
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=False)
-    return path
 
 
 def english():
