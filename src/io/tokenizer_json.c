@@ -13,10 +13,6 @@ typedef struct {
     fsdp_err *err;
 } ctx;
 
-static int refuse(const ctx *c, const char *path, const char *fmt, const char *what) {
-    return fsdp_errf(c->err, "%s: %s %s", c->file, path, what ? what : fmt);
-}
-
 static int dup_str(const char *s, size_t n, fsdp_tj_str *out) {
     out->s = fsdp_xmalloc(n + 1, "tokenizer string");
     memcpy(out->s, s, n);
@@ -154,14 +150,11 @@ static int add_pretokenizer(const ctx *c, const json_t *p, const char *path, fsd
         int found = -1;
         for (int i = 0; i < 5 && json_is_string(b); i++)
             if (!strcmp(json_string_value(b), behaviors[i])) found = i;
-        if (found < 0) {
-            char sub[600];
-            snprintf(sub, sizeof sub, "%s.behavior", path);
-            return refuse(c, sub, NULL,
-                          json_is_string(b) ? "is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, "
-                                              "Contiguous"
-                                            : "is missing");
-        }
+        if (found < 0)
+            return fsdp_errf(c->err, "%s: %s.behavior %s", c->file, path,
+                             json_is_string(b) ? "is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, "
+                                                 "Contiguous"
+                                               : "is missing");
         x.behavior = (fsdp_split_behavior)found;
         if (get_bool(c, p, "invert", path, 0, &x.invert) || get_pattern(c, p, path, &x.pattern, &x.regex)) return -1;
     } else if (!strcmp(type, "ByteLevel")) {

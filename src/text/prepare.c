@@ -36,6 +36,8 @@ typedef struct {
     const char *text, *response;
     size_t len, response_len;
     int validation;
+    int input;  /* where it comes from, for messages */
+    long line;
     /* filled by the tokenizing thread */
     int thread;
     size_t offset, count, prompt_count;
@@ -75,8 +77,8 @@ static char *copy(run *r, const char *s, size_t n) {
     return t;
 }
 
-/* Adds a document read from an input to the group. */
-static void add_document(run *r, const fsdp_document *d) {
+/* Adds a document read from input `input` to the group. */
+static void add_document(run *r, const fsdp_document *d, int input) {
     if (r->num_docs == r->cap_docs) {
         r->cap_docs = r->cap_docs ? 2 * r->cap_docs : 1024;
         r->docs = realloc(r->docs, r->cap_docs * sizeof *r->docs);
@@ -84,6 +86,7 @@ static void add_document(run *r, const fsdp_document *d) {
     }
     doc *x = &r->docs[r->num_docs++];
     memset(x, 0, sizeof *x);
+    x->input = input, x->line = d->line;
     if (r->alpaca) {
         int has_input = d->input_len > 0;
         const char *head = has_input ? ALPACA_WITH_INPUT : ALPACA_NO_INPUT;
@@ -155,7 +158,7 @@ static int flush_group(run *r, fsdp_prepare_stats *st, fsdp_err *err) {
     for (long i = 0; i < n; i++) tokenize_one(r, (size_t)i, omp_get_thread_num());
     for (size_t i = 0; i < r->num_docs; i++) {
         doc *x = &r->docs[i];
-        if (x->failed) return fsdp_errf(err, "%s", r->errors[i].msg);
+        if (x->failed) return fsdp_errf(err, "%s: line %ld: %s", r->o->inputs[x->input], x->line, r->errors[i].msg);
         if (!x->count) continue; /* a text of no tokens (possible with --no-special) */
         const uint32_t *ids = r->outputs[x->thread].p + x->offset;
         const uint8_t *mask = NULL;
@@ -216,7 +219,7 @@ static int process_inputs(run *r, fsdp_prepare_stats *st, size_t budget, fsdp_er
         fsdp_document d;
         int rc;
         while ((rc = fsdp_docs_next(rd, &d, err)) > 0) {
-            add_document(r, &d);
+            add_document(r, &d, i);
             if (r->group_bytes >= budget && flush_group(r, st, err)) rc = -1;
             if (rc < 0) break;
             progress(r, fsdp_docs_bytes(rd), 0);
