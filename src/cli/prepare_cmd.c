@@ -23,29 +23,28 @@ static const char EPILOGUE[] =
     "      --out wiki.bin --val-fraction 0.01\n"
     "  fsdp prepare --tokenizer tokenizer.json --input alpaca_data.json --format alpaca --out alpaca.bin\n";
 
-/* Takes every path after --input (and of repeated --input flags) out of argv, leaving one
- * "--input FIRST" for the flag table; returns the paths (NULL-terminated) and their count. */
-static const char **collect_inputs(int *argc, char **argv, int *num) {
+/* Takes every path after --input (and of repeated --input flags) out of argv: returns the paths
+ * (NULL-terminated, *num of them) and in *args a new argument vector with one "--input FIRST" left
+ * for the flag table's help and checks. */
+static const char **collect_inputs(int *argc, char **argv, char ***args, int *num) {
     const char **paths = fsdp_xcalloc((size_t)*argc + 1, sizeof *paths, "input paths");
-    int n = 0, out = 0, kept = 0;
+    char **rest = fsdp_xcalloc((size_t)*argc + 3, sizeof *rest, "arguments");
+    int n = 0, out = 0;
     for (int i = 0; i < *argc; i++) {
-        const char *a = argv[i];
-        if (!strncmp(a, "--input=", 8)) {
-            paths[n++] = a + 8;
-        } else if (!strcmp(a, "--input")) {
+        if (!strncmp(argv[i], "--input=", 8)) {
+            paths[n++] = argv[i] + 8;
+        } else if (!strcmp(argv[i], "--input")) {
             while (i + 1 < *argc && strncmp(argv[i + 1], "--", 2)) paths[n++] = argv[++i];
         } else {
-            argv[out++] = argv[i];
-            continue;
-        }
-        if (!kept && n > 0) { /* one --input for the table's required-flag and help logic */
-            argv[out++] = "--input";
-            argv[out++] = (char *)paths[0];
-            kept = 1;
+            rest[out++] = argv[i];
         }
     }
+    if (n > 0) {
+        rest[out++] = "--input";
+        rest[out++] = (char *)paths[0];
+    }
     *argc = out;
-    argv[out] = NULL;
+    *args = rest;
     *num = n;
     return paths;
 }
@@ -53,7 +52,9 @@ static const char **collect_inputs(int *argc, char **argv, int *num) {
 int fsdp_cmd_prepare(int argc, char **argv) {
     fsdp_err err = {0};
     int num_inputs = 0;
-    const char **inputs = collect_inputs(&argc, argv, &num_inputs);
+    char **args_left;
+    const char **inputs = collect_inputs(&argc, argv, &args_left, &num_inputs);
+    argv = args_left;
     const char *tokenizer = NULL, *first_input = NULL, *format = "text", *out = NULL, *split = "file";
     const char *field = "text", *eos = NULL;
     double val_fraction = 0;
@@ -66,7 +67,7 @@ int fsdp_cmd_prepare(int argc, char **argv) {
          1, 0, NULL, 0},
         {"input", FSDP_ARG_STRING, &first_input, "PATH...", "Input files, read in order (one or more). Required.", 1, 0,
          NULL, 0},
-        {"format", FSDP_ARG_CHOICE, &format, "F", "text, jsonl or alpaca.", 1, 0, FORMATS, 0},
+        {"format", FSDP_ARG_CHOICE, &format, "F", "The input format (see below).", 1, 0, FORMATS, 0},
         {"out", FSDP_ARG_STRING, &out, "FILE", "The training token file. Required.", 1, 0, NULL, 0},
         {"split-on", FSDP_ARG_CHOICE, &split, "S",
          "text: a document per file, or per run of lines between blank lines.", 1, 0, SPLITS, 0},
@@ -128,5 +129,6 @@ int fsdp_cmd_prepare(int argc, char **argv) {
                (unsigned long long)st.documents[v], (unsigned long long)st.tokens[v],
                (unsigned long long)st.counted[v]);
     free(inputs);
+    free(args_left);
     return 0;
 }

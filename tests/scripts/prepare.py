@@ -53,6 +53,9 @@ for tok in (LLAMA2, LLAMA3, GPT2):
     t.check(tf["version"] == 2 and tf["mask"] is None and len(tf["documents"]) == 4,
             "text files: version 2, no mask, 3 documents (%s)" % tok)
     t.check(decode(tok, documents(tf)) == texts, "text files round trip (%s)" % tok)
+    same = open(out, "rb").read()
+    prepare(["--tokenizer", tok, "--input=" + files[0], "--format", "text", "--out", out, "--input"] + files[1:])
+    t.check(open(out, "rb").read() == same, "--input=A ... --input B C reads the same files in the same order")
 
 # ---- text, documents between blank lines --------------------------------------------------------
 paragraphs = ["= Title =\n", "First paragraph, line one.\nLine two.\n", "Second — with ünïcödé.\n", " indented last\n"]
@@ -206,9 +209,15 @@ expect_error("a directory", ["--input", D], [D, "is a directory"])
 fifo = path("fifo")
 os.mkfifo(fifo)
 expect_error("a FIFO (must not block)", ["--input", fifo], [fifo, "not a regular file"])
-if os.geteuid() != 0:  # root reads any file
-    locked = write("locked.txt", "secret")
-    os.chmod(locked, 0)
+locked = write("locked.txt", "secret")
+os.chmod(locked, 0)
+if os.geteuid() == 0:  # root reads any file: run this one as nobody
+    p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", t.BIN, "prepare", "--quiet",
+                        "--tokenizer", GPT2, "--input", locked, "--out", path("bad.bin")], capture_output=True,
+                       text=True, env=t.ENV, timeout=60)
+    t.check(p.returncode == 1 and p.stderr.strip() == "fsdp: error: %s: not readable" % locked,
+            "unreadable file (as nobody) -> exit %d, %r" % (p.returncode, p.stderr[-300:]))
+else:
     expect_error("unreadable file", ["--input", locked], [locked, "not readable"])
 no_output = write("alpaca-bad.json", json.dumps([{"instruction": "a", "output": "b"}, {"instruction": "c"}]))
 expect_error("alpaca record without output", ["--input", no_output, "--format", "alpaca"],
