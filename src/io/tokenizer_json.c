@@ -120,6 +120,7 @@ static int add_normalizer(const ctx *c, const json_t *n, const char *path, fsdp_
     } else {
         return unsupported(c, path, type);
     }
+    snprintf(x.field, sizeof x.field, "%s", path);
     spec->normalizers = realloc(spec->normalizers, (size_t)(spec->num_normalizers + 1) * sizeof x);
     if (!spec->normalizers) fsdp_fatal("out of host memory reading %s", c->file);
     spec->normalizers[spec->num_normalizers++] = x;
@@ -166,6 +167,7 @@ static int add_pretokenizer(const ctx *c, const json_t *p, const char *path, fsd
     } else {
         return unsupported(c, path, type);
     }
+    snprintf(x.field, sizeof x.field, "%s", path);
     spec->pretokenizers = realloc(spec->pretokenizers, (size_t)(spec->num_pretokenizers + 1) * sizeof x);
     if (!spec->pretokenizers) fsdp_fatal("out of host memory reading %s", c->file);
     spec->pretokenizers[spec->num_pretokenizers++] = x;
@@ -278,6 +280,7 @@ static int add_decoder(const ctx *c, const json_t *d, const char *path, fsdp_tok
     } else {
         return unsupported(c, path, type);
     }
+    snprintf(x.field, sizeof x.field, "%s", path);
     spec->decoders = realloc(spec->decoders, (size_t)(spec->num_decoders + 1) * sizeof x);
     if (!spec->decoders) fsdp_fatal("out of host memory reading %s", c->file);
     spec->decoders[spec->num_decoders++] = x;

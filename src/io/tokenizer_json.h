@@ -31,6 +31,7 @@ typedef struct {
     fsdp_tj_str text;    /* Prepend: what is prepended; Replace: the pattern */
     int regex;           /* Replace: the pattern is {"Regex": ...} rather than {"String": ...} */
     fsdp_tj_str content; /* Replace: the replacement */
+    char field[128];     /* its JSON path, for messages: "normalizer.normalizers[1]" */
 } fsdp_tj_normalizer;
 
 typedef enum { FSDP_TJ_PRE_SPLIT, FSDP_TJ_PRE_BYTE_LEVEL } fsdp_tj_pre_kind;
@@ -49,6 +50,7 @@ typedef struct {
     fsdp_split_behavior behavior;
     int invert;
     int add_prefix_space, use_regex; /* ByteLevel */
+    char field[128];                 /* its JSON path, for messages */
 } fsdp_tj_pretokenizer;
 
 /* One piece of a TemplateProcessing "single" template: the sequence, or a special token's ids. */
@@ -75,6 +77,7 @@ typedef struct {
     int regex;
     uint32_t strip_char; /* Strip: the content's code point */
     int start, stop;     /* Strip */
+    char field[128];     /* its JSON path, for messages */
 } fsdp_tj_decoder;
 
 typedef struct {

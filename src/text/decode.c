@@ -14,7 +14,7 @@ int fsdp_decoder_init(fsdp_decoder *d, const fsdp_tokenizer_spec *spec, const ch
         const fsdp_tj_decoder *s = &spec->decoders[i];
         if (s->kind != FSDP_TJ_DEC_REPLACE) continue;
         char what[1200];
-        snprintf(what, sizeof what, "%s: decoder Replace pattern \"%s\"", file, s->pattern.s);
+        snprintf(what, sizeof what, "%s: %s.pattern", file, s->field);
         if (fsdp_regex_compile(&d->patterns[i], s->pattern.s, s->pattern.n, !s->regex, what, err)) return -1;
     }
     return 0;

@@ -12,7 +12,7 @@ int fsdp_normalizer_init(fsdp_normalizer *z, const fsdp_tokenizer_spec *spec, co
         z->steps[i].spec = n;
         if (n->kind != FSDP_TJ_NORM_REPLACE) continue;
         char what[1200];
-        snprintf(what, sizeof what, "%s: normalizer Replace pattern \"%s\"", file, n->text.s);
+        snprintf(what, sizeof what, "%s: %s.pattern", file, n->field);
         if (fsdp_regex_compile(&z->steps[i].re, n->text.s, n->text.n, !n->regex, what, err)) return -1;
     }
     return 0;

@@ -22,10 +22,10 @@ int fsdp_pretokenizer_init(fsdp_pretokenizer *p, const fsdp_tokenizer_spec *spec
         p->steps[i].spec = t;
         char what[1200];
         if (t->kind == FSDP_TJ_PRE_SPLIT) {
-            snprintf(what, sizeof what, "%s: pre_tokenizer Split pattern \"%s\"", file, t->pattern.s);
+            snprintf(what, sizeof what, "%s: %s.pattern", file, t->field);
             if (fsdp_regex_compile(&p->steps[i].re, t->pattern.s, t->pattern.n, !t->regex, what, err)) return -1;
         } else if (t->use_regex) {
-            snprintf(what, sizeof what, "%s: ByteLevel's regex", file);
+            snprintf(what, sizeof what, "%s: %s (ByteLevel's GPT-2 regex)", file, t->field);
             if (fsdp_regex_compile(&p->steps[i].re, GPT2_PATTERN, sizeof GPT2_PATTERN - 1, 0, what, err)) return -1;
         }
     }

@@ -160,7 +160,7 @@ static void test_refusals(void) {
     refuse("WordPiece decoder", text, ": decoder.type 'WordPiece' is not supported");
     snprintf(text, sizeof text, MODEL, "null",
              "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}", "null", "false");
-    refuse("bad regex", text, "does not compile");
+    refuse("bad regex", text, ": pre_tokenizer.pattern: the regex does not compile (PCRE2 at offset 1");
     snprintf(text, sizeof text, MODEL, "null",
              "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Sideways\"}", "null", "false");
     refuse("bad behavior", text, "pre_tokenizer.behavior is not one of");
