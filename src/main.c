@@ -15,6 +15,8 @@ typedef struct {
 static const command COMMANDS[] = {
     {"train", fsdp_cmd_train, "train or fine-tune a Llama or OPT model with FSDP over MPI ranks"},
     {"report", fsdp_cmd_report, "tables and plots (report.md, PNG) of the course's experiments from run metrics"},
+    {"tokenize", fsdp_cmd_tokenize, "encode text to token ids (or decode ids) with a Hugging Face tokenizer.json"},
+    {"prepare", fsdp_cmd_prepare, "tokenize text, JSON Lines or Alpaca data into token files for training"},
 };
 
 static void usage(FILE *out) {

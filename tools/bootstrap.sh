@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what fsdp.c needs from Debian's packages (only the ones missing) and builds it in build/.
 #   tools/bootstrap.sh            # packages to build and run
-#   tools/bootstrap.sh --tests    # also the packages the test suite needs (PyTorch and h5py for /usr/bin/python3;
-#                                 # gnuplot for fsdp report; SLURM and munge for the one-node cluster of slurm_sweeps.py)
+#   tools/bootstrap.sh --tests    # also what the test suite needs: PyTorch and h5py for /usr/bin/python3, GNU time,
+#                                 # gnuplot for fsdp report, SLURM and munge for the one-node cluster of slurm_sweeps.py,
+#                                 # and tools/fixtures.sh (Node.js, tokenizer files, text, Hugging Face tokenizers)
 # The CUDA backend is built when nvcc (CUDA 12.8+ toolkit with NCCL) is found; pass FSDP_CMAKE_ARGS to override,
 # e.g. FSDP_CMAKE_ARGS=-DFSDP_CUDA=OFF.
 set -euo pipefail
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev libjansson-dev
           libpcre2-dev)
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3-torch python3-h5py python3-numpy)
+  packages+=(python3-torch python3-h5py python3-numpy time)
   packages+=(gnuplot-nox fonts-dejavu-core slurmctld slurmd slurm-client munge libpmix2)
 fi
 
@@ -30,6 +31,11 @@ fi
 # nvcc lives outside PATH in a default CUDA install.
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
+fi
+# The tokenizer tests' fixtures (real tokenizer.json files, English text, Hugging Face tokenizers as a
+# Node module): fetched once into build/fixtures (or $FSDP_FIXTURES), kept across runs.
+if [ "${1:-}" = "--tests" ]; then
+  tools/fixtures.sh >/dev/null
 fi
 # shellcheck disable=SC2086
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${FSDP_CMAKE_ARGS:-} >/dev/null

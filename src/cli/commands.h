@@ -5,5 +5,7 @@
 
 int fsdp_cmd_train(int argc, char **argv);
 int fsdp_cmd_report(int argc, char **argv);
+int fsdp_cmd_tokenize(int argc, char **argv);
+int fsdp_cmd_prepare(int argc, char **argv);
 
 #endif

@@ -27,6 +27,23 @@ json_t *fsdp_json_load_text(const char *text, size_t len, const char *origin, fs
     return loaded(v, &je, origin, err);
 }
 
+json_t *fsdp_json_load_value(const char *text, size_t len, const char *origin, fsdp_err *err) {
+    json_error_t je;
+    json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (v) return v;
+    /* a value on one line (a JSON Lines record): the origin names the line, Jansson's column follows */
+    if (je.line == 1) return fsdp_errf(err, "%s: column %d: %s", origin, je.column, je.text), NULL;
+    return loaded(v, &je, origin, err);
+}
+
+char *fsdp_json_string_literal(const char *s, size_t n) {
+    json_t *v = json_stringn(s, n);
+    if (!v) return NULL;
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    json_decref(v);
+    return text;
+}
+
 json_t *fsdp_json_number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 json_t *fsdp_json_float(float x) {

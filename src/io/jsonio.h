@@ -18,6 +18,12 @@ json_t *fsdp_json_load_path(const char *path, fsdp_err *err);
 /* Parses len bytes of text; `origin` names the source in messages. Duplicate keys are refused. */
 json_t *fsdp_json_load_text(const char *text, size_t len, const char *origin, fsdp_err *err);
 
+/* Parses one JSON value of any kind (a bare string too; \u0000 allowed in strings), for line-based
+ * inputs such as `fsdp tokenize --json` and JSON Lines records. */
+json_t *fsdp_json_load_value(const char *text, size_t len, const char *origin, fsdp_err *err);
+/* The JSON literal of a string of n bytes (UTF-8): malloc'ed, NULL when the bytes are not UTF-8. */
+char *fsdp_json_string_literal(const char *s, size_t n);
+
 /* A real, or null when x is not finite (Jansson refuses NaN and infinities). */
 json_t *fsdp_json_number(double x);
 /* A real holding the shortest decimal that reads back as the same float (1e-05, not

@@ -1,6 +1,8 @@
 /* Token files: write/open/read round trips for both widths (and the automatic width), the exact
  * byte layout, and a rejection naming the file for every malformed header, a size mismatch, a
- * read past the end and an out-of-range id. No temporary file may be left behind. */
+ * count whose size overflows, a read past the end and an out-of-range id; version 2 (documents,
+ * loss mask, tokenizer identity) written by the streaming writer, read back field by field, its
+ * exact layout, and its malformed variants. No temporary file may be left behind. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,8 +122,8 @@ static void test_bad_files(void) {
     CHECK(open_raw(h, 64, 2000, path, sizeof path, &err) == 0); /* the baseline the cases below break */
     h[0] = 'X';
     expect_open_error(h, 64, 2000, "bad magic");
-    make_header(h, 2, 2, 1000, 50000);
-    expect_open_error(h, 64, 2000, "version 2");
+    make_header(h, 3, 2, 1000, 50000);
+    expect_open_error(h, 64, 2000, "version 3 is not supported");
     make_header(h, 1, 3, 1000, 50000);
     expect_open_error(h, 64, 3000, "3 bytes per token");
     make_header(h, 1, 2, 1000, 0);
@@ -132,7 +134,10 @@ static void test_bad_files(void) {
     expect_open_error(h, 64, 1500, "header says 1000 tokens (2000 bytes of data) but the file holds 1500 bytes");
     expect_open_error(h, 64, 2002, "but the file holds 2002 bytes");
     make_header(h, 1, 4, 1ULL << 62, 50000);
-    expect_open_error(h, 64, 16, "header says 4611686018427387904 tokens");
+    expect_open_error(h, 64, 16, "header says 4611686018427387904 tokens of 4 bytes each: the file size this implies "
+                                 "overflows a 64-bit integer");
+    make_header(h, 2, 2, (1ULL << 63) - 16, 50000);
+    expect_open_error(h, 64, 16, "overflows a 64-bit integer");
     expect_open_error(h, 30, 0, "shorter than the 64-byte");
     char missing[1200];
     path_of(missing, sizeof missing, "missing.bin");
@@ -194,6 +199,96 @@ static int count_tmp_files(void) {
     return n;
 }
 
+static void put64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Version 2: three documents with a mask, written by the streaming writer and read back. */
+static void test_v2(void) {
+    char path[1200];
+    path_of(path, sizeof path, "v2.bin");
+    fsdp_err err = {0};
+    uint32_t a[5] = {1, 2, 3, 4, 5}, b[3] = {70000, 6, 7}, c[11];
+    uint8_t ma[5] = {0, 0, 1, 1, 1}, mc[11];
+    for (int i = 0; i < 11; i++) c[i] = (uint32_t)(100 + i), mc[i] = (uint8_t)(i % 3 == 0);
+    fsdp_tokens_writer *w = fsdp_tokens_writer_open(path, 128256, 0x1122334455667788ULL, 1, &err);
+    CHECK(w != NULL);
+    if (!w) return;
+    CHECK(fsdp_tokens_writer_add(w, a, ma, 5, &err) == 0);
+    CHECK(fsdp_tokens_writer_add(w, b, NULL, 3, &err) == 0);
+    CHECK(fsdp_tokens_writer_add(w, c, mc, 11, &err) == 0);
+    CHECK(file_size(path) == -1); /* nothing under the final name before finish */
+    CHECK(fsdp_tokens_writer_finish(w, &err) == 0);
+    /* 64 + 19 tokens x 4 bytes + 4 starts x 8 + ceil(19/8) mask bytes */
+    CHECK(file_size(path) == 64 + 76 + 32 + 3);
+    fsdp_token_file f;
+    CHECK(fsdp_tokens_open(path, &f, &err) == 0);
+    CHECK(f.version == 2 && f.count == 19 && f.num_documents == 3 && f.has_mask && f.bytes_per_token == 4 &&
+          f.tokenizer_hash == 0x1122334455667788ULL && f.vocab_size == 128256);
+    uint64_t starts[4];
+    CHECK(fsdp_tokens_documents(&f, 0, 3, starts, &err) == 0 && starts[0] == 0 && starts[1] == 5 && starts[2] == 8 &&
+          starts[3] == 19);
+    CHECK(fsdp_tokens_documents(&f, 2, 1, starts, &err) == 0 && starts[0] == 8 && starts[1] == 19);
+    CHECK(fsdp_tokens_documents(&f, 3, 1, starts, &err) == -1 && strstr(err.msg, "past the end"));
+    int32_t ids[19];
+    uint8_t mask[19];
+    CHECK(fsdp_tokens_read(&f, 0, 19, ids, &err) == 0 && ids[0] == 1 && ids[5] == 70000 && ids[18] == 110);
+    CHECK(fsdp_tokens_read_mask(&f, 0, 19, mask, &err) == 0);
+    int same = 1;
+    for (int i = 0; i < 5; i++) same &= mask[i] == ma[i];
+    for (int i = 0; i < 3; i++) same &= mask[5 + i] == 1;
+    for (int i = 0; i < 11; i++) same &= mask[8 + i] == mc[i];
+    CHECK(same);
+    CHECK(fsdp_tokens_read_mask(&f, 7, 3, mask, &err) == 0 && mask[0] == 1 && mask[1] == 1 && mask[2] == 0);
+    fsdp_tokens_close(&f);
+
+    /* the exact layout */
+    unsigned char raw[64 + 76 + 32 + 3];
+    FILE *fp = fopen(path, "rb");
+    CHECK(fp && fread(raw, 1, sizeof raw, fp) == sizeof raw);
+    if (fp) fclose(fp);
+    CHECK(raw[8] == 2 && raw[12] == 4 && raw[16] == 19 && raw[32] == 3 && raw[40] == 0x88 && raw[47] == 0x11 &&
+          raw[48] == 1);
+    CHECK(raw[64 + 5 * 4] == 0x70 && raw[64 + 5 * 4 + 1] == 0x11 && raw[64 + 5 * 4 + 2] == 0x01); /* 70000 */
+    CHECK(raw[140] == 0 && raw[148] == 5 && raw[156] == 8 && raw[164] == 19);
+    /* mask bits LSB first: tokens 0..7 = 0,0,1,1,1,1,1,1; 8..15 = 1,0,0,1,0,0,1,0; 16..18 = 0,1,0 */
+    CHECK(raw[172] == 0xFC && raw[173] == 0x49 && raw[174] == 0x02);
+
+    /* malformed variants of this file */
+    fsdp_token_file g;
+    raw[156] = 20; /* a start past the end */
+    fp = fopen(path, "wb");
+    fwrite(raw, 1, sizeof raw, fp);
+    fclose(fp);
+    CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "document 2 starts at token 20"));
+    raw[156] = 8;
+    raw[48] = 3; /* unknown flag */
+    fp = fopen(path, "wb");
+    fwrite(raw, 1, sizeof raw, fp);
+    fclose(fp);
+    CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "flags 0x3"));
+    raw[48] = 0; /* no mask flag: 3 bytes too many */
+    fp = fopen(path, "wb");
+    fwrite(raw, 1, sizeof raw, fp);
+    fclose(fp);
+    CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "3 documents (172 bytes in all) but the file has 175"));
+    raw[48] = 1;
+    put64(raw + 32, 1ULL << 62); /* a document count whose table overflows */
+    fp = fopen(path, "wb");
+    fwrite(raw, 1, sizeof raw, fp);
+    fclose(fp);
+    CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "documents but only 19 tokens"));
+    remove(path);
+
+    /* the writer refuses ids outside the vocabulary and an empty document; abort leaves nothing */
+    w = fsdp_tokens_writer_open(path, 100, 0, 0, &err);
+    CHECK(w && fsdp_tokens_writer_add(w, a, NULL, 5, &err) == 0);
+    CHECK(w && fsdp_tokens_writer_add(w, b, NULL, 3, &err) == -1 && strstr(err.msg, "70000"));
+    CHECK(w && fsdp_tokens_writer_add(w, a, NULL, 0, &err) == -1 && strstr(err.msg, "at least one token"));
+    fsdp_tokens_writer_abort(w);
+    CHECK(file_size(path) == -1);
+}
+
 int main(void) {
     const char *tmp = getenv("FSDP_TEST_TMP") ? getenv("FSDP_TEST_TMP") : "/tmp";
     snprintf(dir, sizeof dir, "%s/test_tokens_%d", tmp, (int)getpid());
@@ -210,6 +305,7 @@ int main(void) {
     test_layout();
     test_bad_files();
     test_bad_ids();
+    test_v2();
     CHECK(count_tmp_files() == 0);
     char path[1200];
     path_of(path, sizeof path, "rt.bin");

@@ -1,0 +1,236 @@
+/* Document readers of documents.h: buffered line reads (getline), Jansson for JSON. */
+#include "documents.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../base/utf8.h"
+#include "jsonio.h"
+
+struct fsdp_docs_reader {
+    char path[4096];
+    FILE *f;
+    fsdp_docs_format format;
+    const char *field;
+    size_t max_document;
+    long line;       /* lines read so far */
+    uint64_t bytes;  /* bytes read so far */
+    char *buf;       /* getline's buffer */
+    size_t cap;
+    char *doc;       /* the document being assembled (text formats) */
+    size_t doc_len, doc_cap;
+    json_t *record;  /* the current JSON record (jsonl, alpaca) */
+    json_t *array;   /* alpaca as a JSON array */
+    size_t next_record;
+    long documents;
+    int at_end;
+};
+
+int fsdp_docs_check_path(const char *path, fsdp_err *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) return fsdp_errf(err, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return fsdp_errf(err, "%s: is a directory (give the files in it)", path);
+    if (!S_ISREG(st.st_mode))
+        return fsdp_errf(err, "%s: not a regular file (a FIFO, device or socket is refused: it could block or never end)",
+                         path);
+    return 0;
+}
+
+fsdp_docs_reader *fsdp_docs_open(const char *path, fsdp_docs_format format, const char *field, size_t max_document,
+                                 fsdp_err *err) {
+    if (fsdp_docs_check_path(path, err)) return NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fsdp_errf(err, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    fsdp_docs_reader *r = fsdp_xcalloc(1, sizeof *r, "document reader");
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->f = f, r->format = format, r->field = field, r->max_document = max_document;
+    if (format != FSDP_DOCS_ALPACA) return r;
+    /* Alpaca: a JSON array when the first non-blank byte is '[', else JSON Lines */
+    int c;
+    while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
+    if (c != '[') {
+        rewind(f);
+        return r;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (uint64_t)st.st_size > max_document) {
+        fsdp_errf(err, "%s: a JSON array of %.1f MiB is read whole, more than the %.1f MiB --max-memory allows for one "
+                       "document; write it as JSON Lines (one record per line) to stream it",
+                  path, (double)st.st_size / 1048576.0, (double)max_document / 1048576.0);
+        fsdp_docs_close(r);
+        return NULL;
+    }
+    r->array = fsdp_json_load_path(path, err);
+    if (!r->array) {
+        fsdp_docs_close(r);
+        return NULL;
+    }
+    if (!json_is_array(r->array)) {
+        fsdp_errf(err, "%s: not a JSON array of records", path);
+        fsdp_docs_close(r);
+        return NULL;
+    }
+    r->bytes = (uint64_t)st.st_size;
+    return r;
+}
+
+void fsdp_docs_close(fsdp_docs_reader *r) {
+    if (!r) return;
+    if (r->f) fclose(r->f);
+    free(r->buf);
+    free(r->doc);
+    json_decref(r->record);
+    json_decref(r->array);
+    free(r);
+}
+
+uint64_t fsdp_docs_bytes(const fsdp_docs_reader *r) { return r->bytes; }
+
+/* Reads the next line into r->buf (newline kept); 0 at the end of the file. */
+static int read_line(fsdp_docs_reader *r, size_t *len, fsdp_err *err) {
+    errno = 0;
+    ssize_t got = getline(&r->buf, &r->cap, r->f);
+    if (got < 0) {
+        if (ferror(r->f)) return fsdp_errf(err, "%s: read error after line %ld: %s", r->path, r->line, strerror(errno));
+        return 0;
+    }
+    r->line++;
+    r->bytes += (uint64_t)got;
+    *len = (size_t)got;
+    return 1;
+}
+
+/* Valid UTF-8 without NUL, or an error naming the line (the first line of s is `line`). */
+static int check_text(const fsdp_docs_reader *r, const char *s, size_t n, long line, fsdp_err *err) {
+    size_t bad = fsdp_utf8_invalid(s, n);
+    const char *nul = memchr(s, 0, bad);
+    size_t at = nul ? (size_t)(nul - s) : bad;
+    if (at == n) return 0;
+    for (size_t i = 0; i < at; i++)
+        if (s[i] == '\n') line++;
+    return fsdp_errf(err, "%s: line %ld: %s (a binary file?)", r->path, line, nul ? "a NUL byte" : "invalid UTF-8");
+}
+
+static int too_big(const fsdp_docs_reader *r, long line, fsdp_err *err) {
+    return fsdp_errf(err, "%s: line %ld: a document of more than %.1f MiB, the most --max-memory allows for one "
+                          "document; raise --max-memory or split the document",
+                     r->path, line, (double)r->max_document / 1048576.0);
+}
+
+static void doc_append(fsdp_docs_reader *r, const char *s, size_t n) {
+    if (r->doc_len + n + 1 > r->doc_cap) {
+        size_t cap = r->doc_cap ? r->doc_cap : 4096;
+        while (cap < r->doc_len + n + 1) cap *= 2;
+        r->doc = realloc(r->doc, cap);
+        if (!r->doc) fsdp_fatal("out of host memory reading %s", r->path);
+        r->doc_cap = cap;
+    }
+    memcpy(r->doc + r->doc_len, s, n);
+    r->doc_len += n;
+    r->doc[r->doc_len] = 0;
+}
+
+static int is_blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return 0;
+    return 1;
+}
+
+/* Text documents: the whole file, or the runs of non-blank lines. */
+static int next_text(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
+    r->doc_len = 0;
+    long first = 0;
+    size_t n;
+    int rc;
+    while ((rc = read_line(r, &n, err)) > 0) {
+        if (check_text(r, r->buf, n, r->line, err)) return -1;
+        if (r->format == FSDP_DOCS_TEXT_BLANK_LINES && is_blank(r->buf, n)) {
+            if (r->doc_len) break;
+            continue;
+        }
+        if (!r->doc_len) first = r->line;
+        if (r->doc_len + n > r->max_document) return too_big(r, first, err);
+        doc_append(r, r->buf, n);
+    }
+    if (rc < 0) return -1;
+    if (!r->doc_len) return 0;
+    d->text = r->doc, d->len = r->doc_len, d->line = first;
+    return 1;
+}
+
+/* A string member of a record; `required` 0 accepts absent or null as empty. */
+static int string_field(const fsdp_docs_reader *r, const json_t *rec, const char *key, int required, const char *where,
+                        const char **s, size_t *n, fsdp_err *err) {
+    const json_t *v = json_object_get(rec, key);
+    if ((!v || json_is_null(v)) && !required) {
+        *s = "", *n = 0;
+        return 0;
+    }
+    if (!v) return fsdp_errf(err, "%s: %s: no field \"%s\"", r->path, where, key);
+    if (!json_is_string(v)) return fsdp_errf(err, "%s: %s: field \"%s\" is not a string", r->path, where, key);
+    *s = json_string_value(v), *n = json_string_length(v);
+    return 0;
+}
+
+/* Fills d from one JSON record (jsonl or alpaca). */
+static int from_record(fsdp_docs_reader *r, const json_t *rec, const char *where, fsdp_document *d, fsdp_err *err) {
+    if (!json_is_object(rec)) return fsdp_errf(err, "%s: %s: not a JSON object", r->path, where);
+    if (r->format == FSDP_DOCS_JSONL) return string_field(r, rec, r->field, 1, where, &d->text, &d->len, err);
+    if (string_field(r, rec, "instruction", 1, where, &d->text, &d->len, err) ||
+        string_field(r, rec, "input", 0, where, &d->input, &d->input_len, err) ||
+        string_field(r, rec, "output", 1, where, &d->output, &d->output_len, err))
+        return -1;
+    if (d->len + d->input_len + d->output_len > r->max_document) return too_big(r, d->line, err);
+    return 0;
+}
+
+static int next_record(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
+    char where[64];
+    json_decref(r->record);
+    r->record = NULL;
+    if (r->array) {
+        if (r->next_record >= json_array_size(r->array)) return 0;
+        d->line = (long)r->next_record + 1;
+        snprintf(where, sizeof where, "record %ld of the JSON array", d->line);
+        return from_record(r, json_array_get(r->array, r->next_record++), where, d, err) ? -1 : 1;
+    }
+    size_t n;
+    int rc;
+    while ((rc = read_line(r, &n, err)) > 0) {
+        if (is_blank(r->buf, n)) continue;
+        if (n > r->max_document) return too_big(r, r->line, err);
+        if (check_text(r, r->buf, n, r->line, err)) return -1;
+        snprintf(where, sizeof where, "line %ld", r->line);
+        char origin[4200];
+        snprintf(origin, sizeof origin, "%s: %s", r->path, where);
+        r->record = fsdp_json_load_value(r->buf, n, origin, err);
+        if (!r->record) return -1;
+        d->line = r->line;
+        return from_record(r, r->record, where, d, err) ? -1 : 1;
+    }
+    return rc;
+}
+
+int fsdp_docs_next(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
+    for (;;) {
+        memset(d, 0, sizeof *d);
+        d->input = d->output = "";
+        int rc = r->format == FSDP_DOCS_JSONL || r->format == FSDP_DOCS_ALPACA ? next_record(r, d, err)
+                                                                              : next_text(r, d, err);
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            if (!r->documents) return fsdp_errf(err, "%s: no documents (an empty input)", r->path);
+            return 0;
+        }
+        /* an empty text is no document (an Alpaca record always is one: its prompt is never empty) */
+        if (r->format != FSDP_DOCS_ALPACA && d->len == 0) continue;
+        r->documents++;
+        return 1;
+    }
+}

@@ -1,0 +1,282 @@
+/* The prepare pipeline of prepare.h: read a group, tokenize it on every thread, write it in order. */
+#include "prepare.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../base/rng.h"
+#include "../io/tokens.h"
+#include "tokenizer.h"
+
+enum { STREAM_VALIDATION = 0x7a11 };
+
+/* The Stanford Alpaca prompt, with and without an input (LitGPT's Alpaca prompt style). */
+static const char ALPACA_WITH_INPUT[] =
+    "Below is an instruction that describes a task, paired with an input that provides further context. "
+    "Write a response that appropriately completes the request.\n\n### Instruction:\n";
+static const char ALPACA_NO_INPUT[] =
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
+    "### Instruction:\n";
+
+void fsdp_prepare_val_path(const char *out, char *buf, size_t cap) {
+    const char *slash = strrchr(out, '/'), *dot = strrchr(out, '.');
+    if (dot && (!slash || dot > slash + 1))
+        snprintf(buf, cap, "%.*s.val%s", (int)(dot - out), out, dot);
+    else
+        snprintf(buf, cap, "%s.val", out);
+}
+
+/* One document of a group: its text (the prompt, for alpaca) and response in the group's arena. */
+typedef struct {
+    const char *text, *response;
+    size_t len, response_len;
+    int validation;
+    int input;  /* where it comes from, for messages */
+    long line;
+    /* filled by the tokenizing thread */
+    int thread;
+    size_t offset, count, prompt_count;
+    int failed;
+} doc;
+
+typedef struct {
+    const fsdp_prepare_options *o;
+    fsdp_tokenizer *tok;
+    int alpaca;
+    uint32_t eos;
+    fsdp_tokenizer_state **states;
+    fsdp_ids *outputs; /* per thread */
+    fsdp_err *errors;  /* per document of the group */
+    doc *docs;
+    size_t num_docs, cap_docs;
+    fsdp_arena arena;
+    size_t group_bytes;
+    uint64_t next_document; /* number of the next document over all inputs */
+    fsdp_tokens_writer *writers[2];
+    fsdp_buf mask;
+    /* progress */
+    uint64_t total_bytes, done_bytes;
+    double start, last_print;
+} run;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *copy(run *r, const char *s, size_t n) {
+    char *t = fsdp_arena_alloc(&r->arena, n + 1);
+    memcpy(t, s, n);
+    t[n] = 0;
+    return t;
+}
+
+/* Adds a document read from input `input` to the group. */
+static void add_document(run *r, const fsdp_document *d, int input) {
+    if (r->num_docs == r->cap_docs) {
+        r->cap_docs = r->cap_docs ? 2 * r->cap_docs : 1024;
+        r->docs = realloc(r->docs, r->cap_docs * sizeof *r->docs);
+        if (!r->docs) fsdp_fatal("out of host memory (prepare's document list)");
+    }
+    doc *x = &r->docs[r->num_docs++];
+    memset(x, 0, sizeof *x);
+    x->input = input, x->line = d->line;
+    if (r->alpaca) {
+        int has_input = d->input_len > 0;
+        const char *head = has_input ? ALPACA_WITH_INPUT : ALPACA_NO_INPUT;
+        size_t n = strlen(head) + d->len + (has_input ? 13 + d->input_len : 0) + 16;
+        char *p = fsdp_arena_alloc(&r->arena, n + 1), *o = p;
+        memcpy(o, head, strlen(head)), o += strlen(head);
+        memcpy(o, d->text, d->len), o += d->len;
+        if (has_input) {
+            memcpy(o, "\n\n### Input:\n", 13), o += 13;
+            memcpy(o, d->input, d->input_len), o += d->input_len;
+        }
+        memcpy(o, "\n\n### Response:\n", 16), o += 16;
+        x->text = p, x->len = (size_t)(o - p);
+        x->response = copy(r, d->output, d->output_len), x->response_len = d->output_len;
+    } else {
+        x->text = copy(r, d->text, d->len), x->len = d->len;
+    }
+    r->group_bytes += x->len + x->response_len;
+    x->validation = r->o->val_fraction > 0 &&
+                    fsdp_rand_uniform(r->o->seed, STREAM_VALIDATION, r->next_document) < r->o->val_fraction;
+    r->next_document++;
+}
+
+static void tokenize_one(run *r, size_t i, int thread) {
+    doc *x = &r->docs[i];
+    fsdp_ids *out = &r->outputs[thread];
+    fsdp_tokenizer_state *s = r->states[thread];
+    x->thread = thread, x->offset = out->n;
+    int add = r->o->add_special_tokens;
+    if (fsdp_tokenizer_encode(r->tok, s, x->text, x->len, add, out, &r->errors[i])) {
+        x->failed = 1;
+        return;
+    }
+    x->prompt_count = out->n - x->offset;
+    if (r->alpaca) {
+        if (fsdp_tokenizer_encode(r->tok, s, x->response, x->response_len, 0, out, &r->errors[i])) {
+            x->failed = 1;
+            return;
+        }
+        fsdp_ids_push(out, r->eos);
+    }
+    x->count = out->n - x->offset;
+}
+
+static void progress(run *r, uint64_t file_bytes, int final) {
+    double t = now();
+    if (!r->o->progress) return;
+    int tty = isatty(2);
+    if (!final && t - r->last_print < (tty ? 0.5 : 10.0)) return;
+    r->last_print = t;
+    double done = (double)(r->done_bytes + file_bytes), rate = done / (t - r->start + 1e-9);
+    double left = r->total_bytes > done ? ((double)r->total_bytes - done) / (rate > 0 ? rate : 1) : 0;
+    fprintf(stderr, "%sprepare: %.1f of %.1f MB (%.0f%%), %.2f MB/s, %llu documents, ETA %dm%02ds%s", tty ? "\r" : "",
+            done / 1e6, (double)r->total_bytes / 1e6, r->total_bytes ? 100.0 * done / (double)r->total_bytes : 100.0,
+            rate / 1e6, (unsigned long long)r->next_document, (int)(left / 60), (int)left % 60,
+            tty && !final ? "   " : "\n");
+    fflush(stderr);
+}
+
+/* Tokenizes the group on every thread and writes it in order; empties the group. */
+static int flush_group(run *r, fsdp_prepare_stats *st, fsdp_err *err) {
+    int threads = r->o->threads;
+    for (int t = 0; t < threads; t++) r->outputs[t].n = 0;
+    r->errors = realloc(r->errors, (r->num_docs + 1) * sizeof *r->errors);
+    if (!r->errors) fsdp_fatal("out of host memory (prepare)");
+    memset(r->errors, 0, (r->num_docs + 1) * sizeof *r->errors);
+    long n = (long)r->num_docs;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (long i = 0; i < n; i++) tokenize_one(r, (size_t)i, omp_get_thread_num());
+    for (size_t i = 0; i < r->num_docs; i++) {
+        doc *x = &r->docs[i];
+        if (x->failed) return fsdp_errf(err, "%s: line %ld: %s", r->o->inputs[x->input], x->line, r->errors[i].msg);
+        if (!x->count) continue; /* a text of no tokens (possible with --no-special) */
+        const uint32_t *ids = r->outputs[x->thread].p + x->offset;
+        const uint8_t *mask = NULL;
+        if (r->alpaca) {
+            r->mask.n = 0;
+            fsdp_buf_reserve(&r->mask, x->count + 1);
+            memset(r->mask.p, 0, x->prompt_count);
+            memset(r->mask.p + x->prompt_count, 1, x->count - x->prompt_count);
+            mask = (const uint8_t *)r->mask.p;
+        }
+        int v = x->validation;
+        if (fsdp_tokens_writer_add(r->writers[v], ids, mask, x->count, err)) return -1;
+        st->documents[v]++;
+        st->tokens[v] += x->count;
+        st->counted[v] += r->alpaca ? x->count - x->prompt_count : x->count;
+    }
+    r->num_docs = 0;
+    r->group_bytes = 0;
+    fsdp_arena_reset(&r->arena);
+    return 0;
+}
+
+static int eos_of(run *r, fsdp_err *err) {
+    static const char *const candidates[] = {"</s>", "<|end_of_text|>", "<|endoftext|>"};
+    const char *want = r->o->eos_token;
+    for (int i = 0; i < 3 && !want; i++)
+        if (fsdp_tokenizer_token_id(r->tok, candidates[i], strlen(candidates[i]), &r->eos)) return 0;
+    if (!want)
+        return fsdp_usagef(err, "prepare: %s has none of </s>, <|end_of_text|>, <|endoftext|>: name the EOS token with "
+                                "--eos-token", r->o->tokenizer);
+    if (!fsdp_tokenizer_token_id(r->tok, want, strlen(want), &r->eos))
+        return fsdp_usagef(err, "prepare: --eos-token '%s' is not a token of %s", want, r->o->tokenizer);
+    return 0;
+}
+
+/* Refuses inputs up front (before any work): unreadable, not regular, or the output itself. */
+static int check_inputs(const fsdp_prepare_options *o, const char *val_path, uint64_t *total, fsdp_err *err) {
+    struct stat out_st, val_st;
+    int out_exists = stat(o->out, &out_st) == 0, val_exists = val_path && stat(val_path, &val_st) == 0;
+    *total = 0;
+    for (int i = 0; i < o->num_inputs; i++) {
+        if (fsdp_docs_check_path(o->inputs[i], err)) return -1;
+        struct stat st;
+        stat(o->inputs[i], &st);
+        if ((out_exists && st.st_ino == out_st.st_ino && st.st_dev == out_st.st_dev) ||
+            (val_exists && st.st_ino == val_st.st_ino && st.st_dev == val_st.st_dev))
+            return fsdp_usagef(err, "prepare: %s is both an --input and an output", o->inputs[i]);
+        if (access(o->inputs[i], R_OK) != 0) return fsdp_errf(err, "%s: not readable", o->inputs[i]);
+        *total += (uint64_t)st.st_size;
+    }
+    return 0;
+}
+
+static int process_inputs(run *r, fsdp_prepare_stats *st, size_t budget, fsdp_err *err) {
+    for (int i = 0; i < r->o->num_inputs; i++) {
+        fsdp_docs_reader *rd = fsdp_docs_open(r->o->inputs[i], r->o->format, r->o->field, budget, err);
+        if (!rd) return -1;
+        fsdp_document d;
+        int rc;
+        while ((rc = fsdp_docs_next(rd, &d, err)) > 0) {
+            add_document(r, &d, i);
+            if (r->group_bytes >= budget && flush_group(r, st, err)) rc = -1;
+            if (rc < 0) break;
+            progress(r, fsdp_docs_bytes(rd), 0);
+        }
+        r->done_bytes += fsdp_docs_bytes(rd);
+        fsdp_docs_close(rd);
+        if (rc < 0) return -1;
+    }
+    return flush_group(r, st, err);
+}
+
+int fsdp_prepare(const fsdp_prepare_options *o, fsdp_prepare_stats *st, fsdp_err *err) {
+    memset(st, 0, sizeof *st);
+    char val_path[4200];
+    fsdp_prepare_val_path(o->out, val_path, sizeof val_path);
+    run r = {0};
+    r.o = o;
+    r.start = now();
+    if (check_inputs(o, o->val_fraction > 0 ? val_path : NULL, &r.total_bytes, err)) return -1;
+    r.tok = fsdp_tokenizer_load(o->tokenizer, err);
+    if (!r.tok) return -1;
+    r.last_print = now(); /* the first progress line comes after some work */
+    r.alpaca = o->format == FSDP_DOCS_ALPACA;
+    int rc = r.alpaca ? eos_of(&r, err) : 0;
+    st->vocab_size = fsdp_tokenizer_vocab_size(r.tok);
+    st->tokenizer_hash = fsdp_tokenizer_hash(r.tok);
+    if (rc == 0) {
+        r.writers[0] = fsdp_tokens_writer_open(o->out, st->vocab_size, st->tokenizer_hash, r.alpaca, err);
+        if (!r.writers[0]) rc = -1;
+    }
+    if (rc == 0 && o->val_fraction > 0) {
+        r.writers[1] = fsdp_tokens_writer_open(val_path, st->vocab_size, st->tokenizer_hash, r.alpaca, err);
+        if (!r.writers[1]) rc = -1;
+    }
+    if (rc == 0) {
+        r.states = fsdp_xcalloc((size_t)o->threads, sizeof *r.states, "tokenizer states");
+        r.outputs = fsdp_xcalloc((size_t)o->threads, sizeof *r.outputs, "token buffers");
+        for (int t = 0; t < o->threads; t++) r.states[t] = fsdp_tokenizer_state_new(r.tok);
+        rc = process_inputs(&r, st, o->max_memory / 12, err);
+        progress(&r, 0, 1);
+    }
+    if (rc == 0) rc = fsdp_tokens_writer_finish(r.writers[0], err), r.writers[0] = NULL;
+    if (rc == 0 && r.writers[1]) rc = fsdp_tokens_writer_finish(r.writers[1], err), r.writers[1] = NULL;
+    fsdp_tokens_writer_abort(r.writers[0]);
+    fsdp_tokens_writer_abort(r.writers[1]);
+    for (int t = 0; r.states && t < o->threads; t++) {
+        fsdp_tokenizer_state_free(r.states[t]);
+        fsdp_ids_free(&r.outputs[t]);
+    }
+    free(r.states);
+    free(r.outputs);
+    free(r.errors);
+    free(r.docs);
+    fsdp_buf_free(&r.mask);
+    fsdp_arena_free(&r.arena);
+    fsdp_tokenizer_free(r.tok);
+    st->bytes = r.done_bytes;
+    st->seconds = now() - r.start;
+    return rc;
+}

