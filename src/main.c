@@ -14,6 +14,7 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"train", fsdp_cmd_train, "train or fine-tune a Llama or OPT model with FSDP over MPI ranks"},
+    {"plan", fsdp_cmd_plan, "the memory a training configuration reserves per GPU, and the largest micro-batch that fits"},
 };
 
 static void usage(FILE *out) {
