@@ -34,14 +34,14 @@ static fsdp_plan_place place_of(const fsdp_trainer *t) {
 
 static const char *per_what(const fsdp_trainer *t) { return t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank"; }
 
-/* The memory each rank may use: --memory-limit, else the GPU's; the smallest over the ranks, 0
- * when some rank does not know it (the CPU backend without a limit). */
+/* The memory each rank may use: --memory-limit, or the GPU's when smaller or not given; the smallest
+ * over the ranks, 0 when some rank does not know it (the CPU backend without a limit). */
 static size_t agreed_budget(fsdp_trainer *t) {
     unsigned long long mine = t->opt.memory_limit;
-    if (!mine && t->be->kind == FSDP_DEVICE_CUDA) {
+    if (t->be->kind == FSDP_DEVICE_CUDA) {
         size_t free_b = 0, total = 0;
         t->be->memory_info(t->be, &free_b, &total);
-        mine = total;
+        if (!mine || total < mine) mine = total;
     }
     fsdp_mpi_allreduce(&mine, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, t->world, "the memory budget of every rank");
     return (size_t)mine;
