@@ -85,7 +85,9 @@ def train(args, env, model, gpus, strategy, mbs, workdir):
                 summary = obj
     if rc == 0 and summary:
         rec.update(max_reserved_bytes=summary["max_reserved_bytes"], plan_reserved_bytes=summary["plan_reserved_bytes"],
-                   outside_gib=summary.get("outside_gib"), plan_outside_gib=summary.get("plan_outside_gib"))
+                   outside_gib=summary.get("outside_gib"), plan_outside_gib=summary.get("plan_outside_gib"),
+                   outside_context_gib=summary.get("outside_context_gib"),
+                   outside_comm_init_gib=summary.get("outside_comm_init_gib"))
     else:
         ours = [l for l in err.splitlines() if l.startswith("fsdp:")]
         rec["oom"] = any(re.search(r"out of (GPU|device) memory", l) for l in ours)
@@ -112,7 +114,11 @@ def fmt_row(r):
                 r["label"], r["gpus"], r["strategy"], r["mbs"], r["plan_gib"], m.get("error", "")[:120])
         meas = m["max_reserved_bytes"] / GIB
         err = 100.0 * (r["plan_gib"] - meas) / meas
-        outside = "%.2f / %.2f" % (m["outside_gib"], m["plan_outside_gib"]) if m.get("outside_gib") is not None else ""
+        outside = ""
+        if m.get("outside_gib") is not None:
+            outside = "%.2f / %.2f (context %.2f, NCCL at creation %.2f)" % (
+                m["outside_gib"], m["plan_outside_gib"], m.get("outside_context_gib") or 0.0,
+                m.get("outside_comm_init_gib") or 0.0)
         ok = "yes" if abs(err) <= 5.0 else "NO"
         return "| %s | %d | %s | %d | %.2f | %.2f | %+.2f%% | %s | %s |" % (
             r["label"], r["gpus"], r["strategy"], r["mbs"], r["plan_gib"], meas, err, ok, outside)
@@ -137,7 +143,8 @@ def write(base, meta, rows):
     lines = ["# Memory plan against the GPU: %s, %s" % (meta["device"], meta["date"]), "",
              "Predicted (`fsdp plan --json`, bytes.reserved) against measured `max_reserved_gib` after one step "
              "(`fsdp train ... --metrics`, max_reserved_bytes). Outside: GPU memory in use besides fsdp.c's "
-             "allocations at the end of the run (CUDA context, NCCL, cuBLAS), measured / the plan's estimate. "
+             "allocations at the end of the run (CUDA context, NCCL, cuBLAS), measured / the plan's estimate, and of "
+             "the measured: in use once the backend was created, and added by creating the NCCL communicators. "
              "GPU memory: %.2f GiB per GPU%s." % (meta["gpu_mem_gib"], " (--memory-limit)" if meta["memory_limit"] else ""),
              "", "| model | GPUs | strategy | MBS | plan GiB | measured GiB | error | within 5% | outside GiB |",
              "|---|---|---|---|---|---|---|---|---|"]

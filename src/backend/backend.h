@@ -84,6 +84,10 @@ struct fsdp_backend {
     size_t reserved_bytes, max_reserved_bytes; /* device memory held by alloc, and its peak */
     fsdp_device_kind kind;
     size_t memory_limit;   /* fsdp_backend_options.memory_limit */
+    /* GPU memory in use besides reserved_bytes, measured with cudaMemGetInfo (0 on the CPU): once the
+     * backend was created (the CUDA context, cuBLAS handles), and what creating the NCCL
+     * communicators added. NCCL allocates more at its first collectives. */
+    size_t outside_at_create, outside_comm_init;
     fsdp_oom oom;
     void *impl;
 

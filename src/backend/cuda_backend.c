@@ -53,6 +53,13 @@ static void *out_of_memory(fsdp_backend *be, size_t bytes, const char *what) {
     return fsdp_backend_out_of_memory(be, bytes, what, detail);
 }
 
+/* GPU memory in use that fsdp.c did not allocate. */
+static size_t outside_now(fsdp_backend *be) {
+    size_t free_b = 0, total = 0;
+    cuda_memory_info(be, &free_b, &total);
+    return total - free_b > be->reserved_bytes ? total - free_b - be->reserved_bytes : 0;
+}
+
 /* With a memory limit, an allocation may not take the GPU's used memory past it. */
 static int over_limit(fsdp_backend *be, size_t bytes) {
     if (!be->memory_limit) return 0;
@@ -307,7 +314,10 @@ static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *n
     /* Only collectives between symmetric windows change: NCCL falls back to its kernels elsewhere
      * (another node, no NVLink) whatever the policy. */
     if (c->copy_engines) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    size_t before = outside_now(be);
     FSDP_CHECK_NCCL(ncclCommInitRankConfig(&c->comm, c->size, id, c->rank, &config));
+    size_t after = outside_now(be);
+    if (after > before) be->outside_comm_init += after - before;
     c->next = im->comms;
     im->comms = c;
     return c;
@@ -597,5 +607,6 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     im->lt_workspace_bytes = FSDP_CUDA_LT_WORKSPACE_BYTES;
     im->lt_workspace = cuda_alloc(be, im->lt_workspace_bytes, "the cuBLASLt workspace");
     fsdp_cuda_matmul_init(be);
+    be->outside_at_create = outside_now(be);
     return be;
 }

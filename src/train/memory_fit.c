@@ -163,8 +163,31 @@ static void oom_hook(fsdp_backend *be, size_t bytes, const char *what, const cha
                detail, t->opt.mbs, line, adv);
 }
 
+/* Under --mbs auto on a GPU, what NCCL and cuBLAS still allocate in the first steps is held to the
+ * plan too: the set-up counts as out of memory when less is left than the plan's estimate of the
+ * memory outside fsdp.c still expects, so that --mbs auto steps down here rather than NCCL failing
+ * in a collective. */
+static void hold_outside_to_plan(fsdp_trainer *t) {
+    fsdp_backend *be = t->be;
+    if (!t->opt.mbs_auto || be->kind != FSDP_DEVICE_CUDA || be->oom.failures) return;
+    size_t free_b = 0, total = 0;
+    be->memory_info(be, &free_b, &total);
+    size_t used = total - free_b, outside = used > be->reserved_bytes ? used - be->reserved_bytes : 0;
+    size_t room = free_b;
+    if (be->memory_limit) room = be->memory_limit > used ? be->memory_limit - used : 0;
+    if (room > free_b) room = free_b;
+    size_t still = t->plan.outside > outside ? t->plan.outside - outside : 0;
+    if (room >= still) return;
+    char detail[192], f[32], o[32];
+    snprintf(detail, sizeof detail, "%s left on the GPU, %s already in use outside fsdp.c",
+             fsdp_bytes_text((double)room, f), fsdp_bytes_text((double)outside, o));
+    be->oom.deferred = 1;
+    fsdp_backend_out_of_memory(be, still, "the rest of the plan's estimate for NCCL and cuBLAS", detail);
+}
+
 int fsdp_fit_check_setup(fsdp_trainer *t, fsdp_err *err) {
     fsdp_backend *be = t->be;
+    hold_outside_to_plan(t);
     if (be->oom.failures) {
         char line[512], adv[320];
         fsdp_memory_plan_line(&t->plan, line, sizeof line);

@@ -330,14 +330,14 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
     FSDP_CHECK_MPI(MPI_Allreduce(&reserved, &max_reserved, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, t->world));
     double gib = (double)max_reserved / (double)(1ull << 30);
     /* What the GPU holds besides: the CUDA context, NCCL's and cuBLAS's buffers (the plan estimates it). */
-    unsigned long long outside = 0, max_outside = 0;
+    unsigned long long outside[3] = {0, t->be->outside_at_create, t->be->outside_comm_init}, max_outside[3];
     if (t->be->kind == FSDP_DEVICE_CUDA) {
         size_t free_b = 0, total = 0;
         t->be->memory_info(t->be, &free_b, &total);
         size_t in_use = total - free_b;
-        outside = in_use > t->be->reserved_bytes ? in_use - t->be->reserved_bytes : 0;
+        outside[0] = in_use > t->be->reserved_bytes ? in_use - t->be->reserved_bytes : 0;
     }
-    FSDP_CHECK_MPI(MPI_Allreduce(&outside, &max_outside, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, t->world));
+    FSDP_CHECK_MPI(MPI_Allreduce(outside, max_outside, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, t->world));
     if (fsdp_rank() != 0) return;
     if (steps_run > 0) {
         fsdp_log("Training throughput: %.2f Tokens/s/GPU (steady state over %d steps; %.2f by the course's formula)\n",
@@ -349,8 +349,10 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
     fsdp_log("Max reserved %s memory: %.2f GiB (memory plan: %.2f GiB)\n", strcmp(t->be->name, "cpu") ? "GPU" : "CPU backend",
              gib, fsdp_gib(t->plan.reserved));
     if (t->be->kind == FSDP_DEVICE_CUDA)
-        fsdp_log("GPU memory outside fsdp.c's allocations (CUDA context, NCCL, cuBLAS): %.2f GiB (the plan's estimate: "
-                 "%.2f GiB)\n", fsdp_gib((size_t)max_outside), fsdp_gib(t->plan.outside));
+        fsdp_log("GPU memory outside fsdp.c's allocations: %.2f GiB (the plan's estimate: %.2f GiB; CUDA context and "
+                 "cuBLAS %.2f, NCCL communicators %.2f when created, the rest since)\n",
+                 fsdp_gib((size_t)max_outside[0]), fsdp_gib(t->plan.outside), fsdp_gib((size_t)max_outside[1]),
+                 fsdp_gib((size_t)max_outside[2]));
     if (t->metrics) {
         json_t *rec = json_pack("{s:b, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:i, s:s, s:s}", "summary", 1, "steps",
                                 steps_run, "final_step", t->step, "tokens_per_s_per_gpu", fsdp_json_number(tps),
@@ -360,12 +362,15 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
                                 "max_reserved_gib", fsdp_json_number(gib), "world_size", t->topo.world, "strategy",
                                 fsdp_strategy_name(o->strategy), "device", t->be->device_name);
         if (!rec) fsdp_fatal("out of host memory building the metrics summary");
-        json_t *memory = json_pack("{s:I, s:I, s:o, s:o, s:i, s:i, s:i}", "max_reserved_bytes", (json_int_t)max_reserved,
-                                   "plan_reserved_bytes", (json_int_t)t->plan.reserved, "outside_gib",
-                                   t->be->kind == FSDP_DEVICE_CUDA ? fsdp_json_number(fsdp_gib((size_t)max_outside))
-                                                                   : json_null(),
-                                   "plan_outside_gib", fsdp_json_number(fsdp_gib(t->plan.outside)), "mbs",
-                                   o->mbs, "grad_accum", o->grad_accum, "step_downs", t->step_downs);
+        int gpu = t->be->kind == FSDP_DEVICE_CUDA;
+        json_t *memory = json_pack(
+            "{s:I, s:I, s:o, s:o, s:o, s:o, s:i, s:i, s:i}", "max_reserved_bytes", (json_int_t)max_reserved,
+            "plan_reserved_bytes", (json_int_t)t->plan.reserved, "outside_gib",
+            gpu ? fsdp_json_number(fsdp_gib((size_t)max_outside[0])) : json_null(), "outside_context_gib",
+            gpu ? fsdp_json_number(fsdp_gib((size_t)max_outside[1])) : json_null(), "outside_comm_init_gib",
+            gpu ? fsdp_json_number(fsdp_gib((size_t)max_outside[2])) : json_null(), "plan_outside_gib",
+            fsdp_json_number(fsdp_gib(t->plan.outside)), "mbs", o->mbs, "grad_accum", o->grad_accum, "step_downs",
+            t->step_downs);
         if (!memory || json_object_update(rec, memory)) fsdp_fatal("out of host memory building the metrics summary");
         json_decref(memory);
         fsdp_metrics_write(t->metrics, rec, err);
