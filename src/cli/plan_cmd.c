@@ -288,6 +288,7 @@ int fsdp_cmd_plan(int argc, char **argv) {
     }
     fsdp_memory_plan_compute(&cfg, &o, &r.place, &r.plan);
 
+    if (fsdp_rank() > 0) return 0; /* launched on several ranks: one answer */
     if (json) {
         json_t *v = plan_json(&r);
         char *text = fsdp_json_text(v, 2, 6);

@@ -59,6 +59,8 @@ static void advice(const fsdp_trainer *t, char *buf, size_t cap) {
     fsdp_plan_place place = place_of(t);
     fsdp_memory_plan p;
     char b[32];
+    buf[0] = 0;
+    if (!t->fit_budget) return; /* no size to fit into */
     size_t used = (size_t)snprintf(buf, cap, "what fits in %s per %s:", fsdp_bytes_text((double)t->fit_budget, b),
                                    per_what(t));
     int any = 0;
