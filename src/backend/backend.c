@@ -1,11 +1,37 @@
-/* Picks a backend by name. */
+/* Picks a backend by name; the out-of-memory path both backends share. */
+#include <stdio.h>
 #include <string.h>
 
+#include "../base/log.h"
 #include "backend.h"
 
 #ifndef FSDP_HAVE_CUDA
 int fsdp_backend_cuda_available(void) { return 0; }
 #endif
+
+size_t fsdp_backend_gpu_memory(char *name, size_t name_cap) {
+#ifdef FSDP_HAVE_CUDA
+    if (fsdp_backend_cuda_available()) return fsdp_backend_cuda_gpu_memory(name, name_cap);
+#endif
+    if (name_cap) name[0] = 0;
+    return 0;
+}
+
+void *fsdp_backend_out_of_memory(fsdp_backend *be, size_t bytes, const char *what, const char *detail) {
+    fsdp_oom *o = &be->oom;
+    if (o->deferred) {
+        if (o->failures++ == 0) {
+            o->bytes = bytes;
+            snprintf(o->what, sizeof o->what, "%s", what);
+            snprintf(o->detail, sizeof o->detail, "%s", detail);
+        }
+        return NULL;
+    }
+    if (o->hook) o->hook(be, bytes, what, detail, o->hook_arg);
+    char size[32];
+    fsdp_fatal("out of %s memory allocating %s for %s (%s)", be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device",
+               fsdp_bytes_text((double)bytes, size), what, detail);
+}
 
 fsdp_backend *fsdp_backend_create(const fsdp_backend_options *opts, fsdp_err *err) {
     const char *kind = opts->kind ? opts->kind : "auto";

@@ -31,6 +31,7 @@
 #include "../base/dtype.h"
 #include "../base/error.h"
 #include "../kernels/op_args.h"
+#include "sizes.h"
 
 typedef struct fsdp_backend fsdp_backend;
 typedef struct fsdp_stream fsdp_stream;
@@ -51,7 +52,27 @@ typedef struct {
     int local_rank;        /* node-local rank: picks the GPU */
     int local_size;        /* ranks on this node */
     int verbose;
+    /* Memory this rank may use, 0 = the device's: the CPU backend refuses to reserve more; the CUDA
+     * backend refuses an allocation that would take the GPU's used memory (everyone's, the CUDA
+     * context and NCCL included) past it, emulating a smaller GPU. */
+    size_t memory_limit;
 } fsdp_backend_options;
+
+/* Out of memory. Both backends report a failed allocation (device memory exhausted, or the
+ * memory_limit reached) through fsdp_backend_out_of_memory: while `deferred` is set, the failure is
+ * recorded here and alloc returns NULL (copies and zeroing then skip NULL pointers), so that the
+ * caller can reach a point where every rank agrees and build again smaller; otherwise the hook
+ * (installed by the trainer) is called and must not return, and without a hook the backend stops
+ * every rank with its own one-line message. */
+typedef struct fsdp_oom {
+    int deferred;
+    int failures;       /* allocations refused while deferred */
+    size_t bytes;       /* the first refused allocation */
+    char what[64];
+    char detail[192];   /* what the device had: "4.10 GiB held by fsdp.c, 0.52 GiB free of 79.19" */
+    void (*hook)(fsdp_backend *be, size_t bytes, const char *what, const char *detail, void *arg);
+    void *hook_arg;
+} fsdp_oom;
 
 struct fsdp_backend {
     const char *name;      /* "cpu" or "cuda" */
@@ -61,6 +82,13 @@ struct fsdp_backend {
     int emulated_bf16;     /* 1 on the CPU: bf16 values live in fp32 storage */
     fsdp_stream *compute;  /* the stream the model's ops run on */
     size_t reserved_bytes, max_reserved_bytes; /* device memory held by alloc, and its peak */
+    fsdp_device_kind kind;
+    size_t memory_limit;   /* fsdp_backend_options.memory_limit */
+    /* GPU memory in use besides reserved_bytes, measured with cudaMemGetInfo (0 on the CPU): once the
+     * backend was created (the CUDA context, cuBLAS handles), and what creating the NCCL
+     * communicators added. NCCL allocates more at its first collectives. */
+    size_t outside_at_create, outside_comm_init;
+    fsdp_oom oom;
     void *impl;
 
     /* ---- memory ---- */
@@ -69,6 +97,12 @@ struct fsdp_backend {
      * be had. */
     void *(*alloc)(fsdp_backend *be, size_t bytes, const char *what);
     void (*free)(fsdp_backend *be, void *ptr);
+    /* Free and total memory of the device as this rank sees it: the GPU's (cudaMemGetInfo), or on
+     * the CPU memory_limit less reserved_bytes and memory_limit (both 0 without a limit). */
+    void (*memory_info)(fsdp_backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* Makes the op scratch at least `bytes` (fsdp_device_op_scratch) now, so that the ops of a step
+     * allocate nothing; a no-op on the CPU. */
+    void (*reserve_scratch)(fsdp_backend *be, size_t bytes);
     /* Host memory suited to asynchronous copies (pinned on CUDA). */
     void *(*alloc_host)(fsdp_backend *be, size_t bytes, const char *what);
     void (*free_host)(fsdp_backend *be, void *ptr);
@@ -216,6 +250,17 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
 #endif
 /* 1 when this build has the CUDA backend and at least one GPU is visible. */
 int fsdp_backend_cuda_available(void);
+
+/* The failure path of alloc (see fsdp_oom): returns NULL when deferred, else does not return.
+ * `detail` says what the device had. */
+void *fsdp_backend_out_of_memory(fsdp_backend *be, size_t bytes, const char *what, const char *detail);
+
+/* Total memory of the first visible GPU and its name; 0 when this build has no CUDA backend or no
+ * GPU is visible. */
+size_t fsdp_backend_gpu_memory(char *name, size_t name_cap);
+#ifdef FSDP_HAVE_CUDA
+size_t fsdp_backend_cuda_gpu_memory(char *name, size_t name_cap);
+#endif
 
 /* Bytes of n elements of t on this backend. */
 static inline size_t fsdp_bytes(fsdp_backend *be, fsdp_dtype t, size_t n) { return n * be->dtype_size(be, t); }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../base/error.h"
+#include "../base/log.h"
 #include "../base/watchdog.h"
 #include "../kernels/ops_cpu.h"
 #include "backend.h"
@@ -164,19 +165,28 @@ static void progress(fsdp_backend *be) {
 
 /* ---- memory ---- */
 
-static size_t cpu_dtype_size(fsdp_backend *be, fsdp_dtype t) { (void)be; (void)t; return sizeof(float); }
+static size_t cpu_dtype_size(fsdp_backend *be, fsdp_dtype t) { (void)be; return fsdp_device_dtype_size(FSDP_DEVICE_CPU, t); }
 
 typedef struct {
     size_t bytes;
     size_t pad[3];
 } alloc_header; /* keeps 32-byte alignment of the payload within a 256-byte aligned block */
 
+static double gib(size_t bytes) { return (double)bytes / (double)(1u << 30); }
+
+/* The memory limit is a test cap (emulating a smaller device): reserved_bytes may not pass it. */
 static void *cpu_alloc(fsdp_backend *be, size_t bytes, const char *what) {
+    if (be->memory_limit && fsdp_device_alloc_size(FSDP_DEVICE_CPU, bytes) > be->memory_limit - be->reserved_bytes) {
+        char detail[160], held[32], limit[32];
+        snprintf(detail, sizeof detail, "%s held by fsdp.c of the --memory-limit %s",
+                 fsdp_bytes_text((double)be->reserved_bytes, held), fsdp_bytes_text((double)be->memory_limit, limit));
+        return fsdp_backend_out_of_memory(be, bytes, what, detail);
+    }
     size_t total = ((bytes + 256 + 255) / 256) * 256;
     char *base = aligned_alloc(256, total);
-    if (!base) fsdp_fatal("out of host memory allocating %.2f GiB for %s", (double)bytes / (1 << 30), what);
+    if (!base) fsdp_fatal("out of host memory allocating %.2f GiB for %s", gib(bytes), what);
     ((alloc_header *)base)->bytes = bytes;
-    be->reserved_bytes += bytes;
+    be->reserved_bytes += fsdp_device_alloc_size(FSDP_DEVICE_CPU, bytes);
     if (be->reserved_bytes > be->max_reserved_bytes) be->max_reserved_bytes = be->reserved_bytes;
     memset(base + 256, 0, bytes);
     return base + 256;
@@ -185,9 +195,17 @@ static void *cpu_alloc(fsdp_backend *be, size_t bytes, const char *what) {
 static void cpu_free(fsdp_backend *be, void *ptr) {
     if (!ptr) return;
     char *base = (char *)ptr - 256;
-    be->reserved_bytes -= ((alloc_header *)base)->bytes;
+    be->reserved_bytes -= fsdp_device_alloc_size(FSDP_DEVICE_CPU, ((alloc_header *)base)->bytes);
     free(base);
 }
+
+static void cpu_memory_info(fsdp_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    *total_bytes = be->memory_limit;
+    *free_bytes = be->memory_limit > be->reserved_bytes ? be->memory_limit - be->reserved_bytes : 0;
+}
+
+/* The CPU ops take their scratch from the host heap, outside reserved_bytes. */
+static void cpu_reserve_scratch(fsdp_backend *be, size_t bytes) { (void)be, (void)bytes; }
 
 /* Host memory is reachable by MPI as it is. */
 static void *cpu_alloc_shared(fsdp_backend *be, fsdp_comm *c, size_t bytes, const char *what) {
@@ -203,13 +221,21 @@ static void copy_task(fsdp_stream *s, void *dst, const void *src, size_t bytes) 
     t->dst = dst, t->src = src, t->n = bytes;
     submit(s, t);
 }
+/* After a deferred out-of-memory (fsdp_oom) the buffer that was refused is NULL; the set-up that
+ * copies into it only has to reach the point where the ranks agree. */
+static int refused(fsdp_backend *be, int null_pointer) {
+    if (!null_pointer) return 0;
+    if (be->oom.failures) return 1;
+    fsdp_fatal("internal error: a copy or zeroing of a NULL pointer");
+}
+
 static void cpu_copy(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
-    (void)be;
+    if (refused(be, !dst || !src)) return;
     copy_task(s, dst, src, bytes);
 }
 
 static void cpu_zero(fsdp_backend *be, void *dst, size_t bytes, fsdp_stream *s) {
-    (void)be;
+    if (refused(be, !dst)) return;
     task *t = new_task(TASK_ZERO);
     t->dst = dst, t->n = bytes;
     submit(s, t);
@@ -555,10 +581,14 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->act_dtype = opts->act_dtype;
     be->grad_dtype = opts->grad_dtype;
     be->emulated_bf16 = 1;
+    be->kind = FSDP_DEVICE_CPU;
+    be->memory_limit = opts->memory_limit;
 
     be->dtype_size = cpu_dtype_size;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
+    be->memory_info = cpu_memory_info;
+    be->reserve_scratch = cpu_reserve_scratch;
     be->alloc_host = cpu_alloc_host;
     be->free_host = cpu_free_host;
     be->copy_h2d = cpu_copy;

@@ -59,7 +59,7 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
     size_t es = esize(be);
     int g = Hq / Hkv, rs = (Hq + 2 * Hkv) * D, os = Hq * D;
     long long TT = (long long)T * T;
-    void *dP = fsdp_cuda_scratch(be, (size_t)B * Hq * TT * es);
+    void *dP = fsdp_cuda_scratch(be, fsdp_cuda_eager_backward_scratch(B, T, Hq, es));
     for (int b = 0; b < B; b++) {
         const char *seq = (const char *)qkv + (size_t)b * T * rs * es;
         for (int i = 0; i < g; i++) {

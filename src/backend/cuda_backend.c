@@ -16,21 +16,56 @@ int fsdp_backend_cuda_available(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+size_t fsdp_backend_cuda_gpu_memory(char *name, size_t name_cap) {
+    struct cudaDeviceProp prop;
+    FSDP_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    if (name_cap) snprintf(name, name_cap, "%s", prop.name);
+    return prop.totalGlobalMem;
+}
+
 /* ---- memory ---- */
 
 static size_t cuda_dtype_size(fsdp_backend *be, fsdp_dtype t) {
     (void)be;
-    return t == FSDP_BF16 ? 2 : 4;
+    return fsdp_device_dtype_size(FSDP_DEVICE_CUDA, t);
 }
 
+static double gib(size_t bytes) { return (double)bytes / (double)(1u << 30); }
 
-static void out_of_memory(fsdp_backend *be, size_t bytes, const char *what) {
+static void cuda_memory_info(fsdp_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    FSDP_CHECK_CUDA(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+/* A failed cudaMalloc leaves its error as the last error, which the next launch check would report
+ * as its own: it is cleared here, and the failure goes through fsdp_backend_out_of_memory. */
+static void *out_of_memory(fsdp_backend *be, size_t bytes, const char *what) {
+    (void)cudaGetLastError();
     size_t free_b = 0, total = 0;
-    cudaMemGetInfo(&free_b, &total);
-    fsdp_fatal("out of GPU memory allocating %.2f GiB for %s (%.2f GiB held by fsdp.c, %.2f GiB free of %.2f): "
-               "lower --mbs, use a sharding strategy, or more GPUs",
-               (double)bytes / (1 << 30), what, (double)be->reserved_bytes / (1 << 30), (double)free_b / (1 << 30),
-               (double)total / (1 << 30));
+    cuda_memory_info(be, &free_b, &total);
+    char detail[192];
+    if (be->memory_limit)
+        snprintf(detail, sizeof detail, "%.2f GiB held by fsdp.c, %.2f GiB of the GPU in use, --memory-limit %.2f GiB",
+                 gib(be->reserved_bytes), gib(total - free_b), gib(be->memory_limit));
+    else
+        snprintf(detail, sizeof detail, "%.2f GiB held by fsdp.c, %.2f GiB free of %.2f", gib(be->reserved_bytes),
+                 gib(free_b), gib(total));
+    return fsdp_backend_out_of_memory(be, bytes, what, detail);
+}
+
+/* GPU memory in use that fsdp.c did not allocate. */
+static size_t outside_now(fsdp_backend *be) {
+    size_t free_b = 0, total = 0;
+    cuda_memory_info(be, &free_b, &total);
+    return total - free_b > be->reserved_bytes ? total - free_b - be->reserved_bytes : 0;
+}
+
+/* With a memory limit, an allocation may not take the GPU's used memory past it. */
+static int over_limit(fsdp_backend *be, size_t bytes) {
+    if (!be->memory_limit) return 0;
+    size_t free_b = 0, total = 0;
+    cuda_memory_info(be, &free_b, &total);
+    return total - free_b + bytes > be->memory_limit;
 }
 
 static void track(fsdp_backend *be, void *p, size_t bytes, int nccl_memory, ncclComm_t window_comm,
@@ -46,9 +81,8 @@ static void track(fsdp_backend *be, void *p, size_t bytes, int nccl_memory, nccl
 
 static void *cuda_alloc(fsdp_backend *be, size_t bytes, const char *what) {
     void *p = NULL;
-    size_t rounded = (bytes + 255) & ~(size_t)255;
-    if (!rounded) rounded = 256;
-    if (cudaMalloc(&p, rounded) != cudaSuccess) out_of_memory(be, bytes, what);
+    size_t rounded = fsdp_device_alloc_size(FSDP_DEVICE_CUDA, bytes);
+    if (over_limit(be, rounded) || cudaMalloc(&p, rounded) != cudaSuccess) return out_of_memory(be, bytes, what);
     track(be, p, rounded, 0, NULL, NULL);
     return p;
 }
@@ -61,7 +95,11 @@ static void *cuda_alloc_shared(fsdp_backend *be, fsdp_comm *c, size_t bytes, con
     size_t rounded = (bytes + align - 1) / align * align;
     if (!rounded) rounded = align;
     void *p = NULL;
-    if (ncclMemAlloc(&p, rounded) != ncclSuccess) out_of_memory(be, bytes, what);
+    if (over_limit(be, rounded) || ncclMemAlloc(&p, rounded) != ncclSuccess) {
+        /* Never deferred: the other ranks would wait in the window registration below. */
+        be->oom.deferred = 0;
+        out_of_memory(be, bytes, what);
+    }
     /* Stays NULL where NCCL has no symmetric memory (no NVLink between all ranks, several nodes). */
     ncclWindow_t window = NULL;
     FSDP_CHECK_NCCL(ncclCommWindowRegister(c->comm, p, rounded, &window, NCCL_WIN_COLL_SYMMETRIC));
@@ -104,20 +142,28 @@ static void cuda_free_host(fsdp_backend *be, void *ptr) {
     if (ptr) FSDP_CHECK_CUDA(cudaFreeHost(ptr));
 }
 
+/* After a deferred out-of-memory (fsdp_oom) the buffer that was refused is NULL; the set-up that
+ * copies into it only has to reach the point where the ranks agree. */
+static int refused(fsdp_backend *be, int null_pointer) {
+    if (!null_pointer) return 0;
+    if (be->oom.failures) return 1;
+    fsdp_fatal("internal error: a copy or zeroing of a NULL pointer");
+}
+
 static void cuda_copy_h2d(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
-    (void)be;
+    if (refused(be, !dst || !src)) return;
     FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream));
 }
 static void cuda_copy_d2h(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
-    (void)be;
+    if (refused(be, !dst || !src)) return;
     FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream));
 }
 static void cuda_copy_d2d(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
-    (void)be;
+    if (refused(be, !dst || !src)) return;
     FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s->stream));
 }
 static void cuda_zero(fsdp_backend *be, void *dst, size_t bytes, fsdp_stream *s) {
-    (void)be;
+    if (refused(be, !dst)) return;
     FSDP_CHECK_CUDA(cudaMemsetAsync(dst, 0, bytes, s->stream));
 }
 
@@ -125,11 +171,20 @@ void *fsdp_cuda_scratch(fsdp_backend *be, size_t bytes) {
     cuda_impl *im = cuda_of(be);
     if (bytes > im->scratch_bytes) {
         if (im->scratch) cuda_free(be, im->scratch);
-        /* Grow with headroom: a few sizes settle in the first step and never move again. */
+        /* A request reserve_scratch did not foresee: grow with headroom, so that a few sizes settle
+         * in the first step and never move again. */
         im->scratch_bytes = bytes + bytes / 4;
-        im->scratch = cuda_alloc(be, im->scratch_bytes, "backend scratch");
+        im->scratch = cuda_alloc(be, im->scratch_bytes, "op scratch");
     }
     return im->scratch;
+}
+
+static void cuda_reserve_scratch(fsdp_backend *be, size_t bytes) {
+    cuda_impl *im = cuda_of(be);
+    if (bytes <= im->scratch_bytes) return;
+    if (im->scratch) cuda_free(be, im->scratch);
+    im->scratch = cuda_alloc(be, bytes, "op scratch");
+    im->scratch_bytes = im->scratch ? bytes : 0;
 }
 
 /* ---- streams and events ---- */
@@ -259,7 +314,10 @@ static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *n
     /* Only collectives between symmetric windows change: NCCL falls back to its kernels elsewhere
      * (another node, no NVLink) whatever the policy. */
     if (c->copy_engines) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    size_t before = outside_now(be);
     FSDP_CHECK_NCCL(ncclCommInitRankConfig(&c->comm, c->size, id, c->rank, &config));
+    size_t after = outside_now(be);
+    if (after > before) be->outside_comm_init += after - before;
     c->next = im->comms;
     im->comms = c;
     return c;
@@ -484,10 +542,14 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->act_dtype = opts->act_dtype;
     be->grad_dtype = opts->grad_dtype;
     be->emulated_bf16 = 0;
+    be->kind = FSDP_DEVICE_CUDA;
+    be->memory_limit = opts->memory_limit;
 
     be->dtype_size = cuda_dtype_size;
     be->alloc = cuda_alloc;
     be->free = cuda_free;
+    be->memory_info = cuda_memory_info;
+    be->reserve_scratch = cuda_reserve_scratch;
     be->alloc_host = cuda_alloc_host;
     be->free_host = cuda_free_host;
     be->copy_h2d = cuda_copy_h2d;
@@ -542,8 +604,9 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->compute = cuda_stream_create(be, "compute");
     FSDP_CHECK_CUBLAS(cublasLtCreate(&im->lt));
     FSDP_CHECK_CUBLAS(cublasCreate(&im->blas));
-    im->lt_workspace_bytes = 32u << 20;
+    im->lt_workspace_bytes = FSDP_CUDA_LT_WORKSPACE_BYTES;
     im->lt_workspace = cuda_alloc(be, im->lt_workspace_bytes, "the cuBLASLt workspace");
     fsdp_cuda_matmul_init(be);
+    be->outside_at_create = outside_now(be);
     return be;
 }

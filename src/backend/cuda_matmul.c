@@ -11,7 +11,7 @@
 #include "cuda_internal.h"
 
 #define CANDIDATES 8
-#define TUNE_SCRATCH_BYTES ((size_t)256 << 20)
+#define TUNE_SCRATCH_BYTES FSDP_CUDA_TUNE_SCRATCH_BYTES
 
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, ldd;
@@ -49,7 +49,9 @@ void fsdp_cuda_matmul_init(fsdp_backend *be) {
     if (tune_env && strcmp(tune_env, "0") && strcmp(tune_env, "1"))
         fsdp_fatal("FSDP_GEMM_TUNE=%s: expected 1 (time the candidates, the default) or 0 (take cuBLASLt's first)",
                    tune_env);
-    mc->no_tuning = tune_env && !strcmp(tune_env, "0");
+    mc->no_tuning = !fsdp_device_gemm_tuning();
+    /* Now rather than at the first product that needs it, so that the first step allocates nothing. */
+    if (!mc->no_tuning) mc->tune_scratch = be->alloc(be, TUNE_SCRATCH_BYTES, "matmul tuning scratch");
     cuda_of(be)->matmuls = mc;
 }
 
@@ -136,7 +138,6 @@ static int tune(fsdp_backend *be, gemm_entry *e, const fsdp_gemm *g, cublasLtMat
     const void *C = g->C;
     void *D = g->D;
     if (in_place) {
-        if (!mc->tune_scratch) mc->tune_scratch = be->alloc(be, TUNE_SCRATCH_BYTES, "matmul tuning scratch");
         size_t col = (size_t)k->ldd * (k->out_t == FSDP_BF16 ? 2 : 4);
         size_t fit = TUNE_SCRATCH_BYTES / col;
         if ((size_t)n > fit) n = (int)(fit / 128 * 128 > 0 ? fit / 128 * 128 : fit);

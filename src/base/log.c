@@ -26,6 +26,18 @@ void fsdp_warn(const char *fmt, ...) {
     fflush(stderr);
 }
 
+const char *fsdp_bytes_text(double bytes, char buf[32]) {
+    if (bytes >= 1024.0 * 1024.0 * 1024.0)
+        snprintf(buf, 32, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    else if (bytes >= 1024.0 * 1024.0)
+        snprintf(buf, 32, "%.2f MiB", bytes / (1024.0 * 1024.0));
+    else if (bytes >= 1024.0)
+        snprintf(buf, 32, "%.1f KiB", bytes / 1024.0);
+    else
+        snprintf(buf, 32, "%.0f B", bytes);
+    return buf;
+}
+
 double fsdp_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -3,9 +3,15 @@
 #ifndef FSDP_CLI_COMMANDS_H
 #define FSDP_CLI_COMMANDS_H
 
+#include "../base/error.h"
+
 int fsdp_cmd_train(int argc, char **argv);
 int fsdp_cmd_report(int argc, char **argv);
 int fsdp_cmd_tokenize(int argc, char **argv);
 int fsdp_cmd_prepare(int argc, char **argv);
+int fsdp_cmd_plan(int argc, char **argv);
+
+/* --mbs N|auto of `command`: *mbs = N and *is_auto = 0, or *is_auto = 1 (train_cmd.c). */
+int fsdp_cli_parse_mbs(const char *command, const char *text, int *mbs, int *is_auto, fsdp_err *err);
 
 #endif

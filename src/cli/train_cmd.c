@@ -17,6 +17,18 @@ static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GATHER_ENGINES[] = {"sm", "copy", NULL};
 
+int fsdp_cli_parse_mbs(const char *command, const char *text, int *mbs, int *is_auto, fsdp_err *err) {
+    *is_auto = !strcmp(text, "auto");
+    if (*is_auto) return 0;
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < 1 || v > (1 << 20))
+        return fsdp_usagef(err, "%s: --mbs expects a micro-batch size in [1, %d] or auto, got '%s'", command, 1 << 20,
+                           text);
+    *mbs = (int)v;
+    return 0;
+}
+
 static const char EPILOGUE[] =
     "Launch with mpirun or srun: every rank is one data-parallel worker (one GPU on a GPU host).\n"
     "  mpirun -np 2 fsdp train --model tiny-llama --steps 20 --ckpt-dir ckpt\n"
@@ -30,8 +42,10 @@ int fsdp_cmd_train(int argc, char **argv) {
     const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
     const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
     const char *gather_engine = "sm", *reduce_engine = "sm";
-    const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL;
+    const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL, *mbs_text = "4";
     int ranks_per_node = 0, prefetch = 1, max_live = 2, mbs = 4, seq = 1024, grad_accum = 1, steps = 20;
+    int global_batch = 0;
+    double memory_limit_gib = 0.0;
     int warmup = 0, synthetic_vocab = 1000, ckpt_every = 0, keep = 0, log_every = 1, head_chunk = 0;
     int64_t seed = 42;
     double lr = 5e-5, min_lr = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, clip = 1.0;
@@ -46,11 +60,19 @@ int fsdp_cmd_train(int argc, char **argv) {
         {"ranks-per-node", FSDP_ARG_INT, &ranks_per_node, "N",
          "Treat every N consecutive ranks as one node for HYBRID (emulates several nodes on one machine); 0 = the "
          "real nodes.", 0, 1 << 20, NULL, 0},
-        {"mbs", FSDP_ARG_INT, &mbs, "N", "Micro-batch size: samples per rank in each forward/backward.", 1, 1 << 20,
-         NULL, 0},
+        {"mbs", FSDP_ARG_STRING, &mbs_text, "N|auto",
+         "Micro-batch size: samples per rank in each forward/backward. auto: the largest the memory plan (fsdp plan) "
+         "fits in the GPU's memory or --memory-limit; a set-up that still runs out of memory is built again with the "
+         "next smaller one.", 1, 0, NULL, 0},
         {"seq", FSDP_ARG_INT, &seq, "N", "Sequence length in tokens.", 1, 1 << 20, NULL, 0},
         {"grad-accum", FSDP_ARG_INT, &grad_accum, "N", "Micro-batches accumulated per optimizer step.", 1, 1 << 20,
          NULL, 0},
+        {"global-batch", FSDP_ARG_INT, &global_batch, "G",
+         "Samples per optimizer step over all ranks: the accumulation steps become G / (micro-batch x ranks), which "
+         "must be a whole number (instead of --grad-accum; 0 = use --grad-accum).", 0, 1 << 30, NULL, 0},
+        {"memory-limit", FSDP_ARG_FLOAT, &memory_limit_gib, "GiB",
+         "Memory each rank may use, 0 = the device's: what --mbs auto fits into; the allocator refuses to go past it "
+         "(on a GPU counting everything in use on it, emulating a smaller GPU).", 0, 1e6, NULL, 0},
         {"steps", FSDP_ARG_INT, &steps, "N", "Optimizer steps to train to (a resumed run continues to this step).", 0,
          1 << 30, NULL, 0},
         {"lr", FSDP_ARG_FLOAT, &lr, "X", "Peak learning rate.", 0, 10, NULL, 0},
@@ -120,7 +142,11 @@ int fsdp_cmd_train(int argc, char **argv) {
 
     fsdp_train_options o;
     memset(&o, 0, sizeof o);
-    if (fsdp_strategy_parse(strategy, &o.strategy)) {
+    if (fsdp_cli_parse_mbs("train", mbs_text, &mbs, &o.mbs_auto, &err)) fsdp_exit_error(&err, 0);
+    if (global_batch && fsdp_args_find(&spec, "grad-accum")->seen) {
+        fsdp_usagef(&err, "train: give --global-batch or --grad-accum, not both");
+        fsdp_exit_error(&err, 0);
+    }    if (fsdp_strategy_parse(strategy, &o.strategy)) {
         fsdp_usagef(&err, "train: --strategy '%s' is not one of: FULL, SHARD_GRAD_OP, NO_SHARD, HYBRID", strategy);
         fsdp_exit_error(&err, 0);
     }
@@ -140,6 +166,8 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.copy_engine_reductions = !strcmp(reduce_engine, "copy");
     o.device = device;
     o.mbs = mbs, o.seq = seq, o.grad_accum = grad_accum, o.steps = steps;
+    o.global_batch = global_batch;
+    o.memory_limit = (size_t)(memory_limit_gib * (double)(1u << 30));
     o.lr = lr, o.min_lr = min_lr, o.weight_decay = weight_decay, o.beta1 = beta1, o.beta2 = beta2;
     o.adam_eps = adam_eps, o.clip = clip, o.warmup = warmup;
     o.seed = (uint64_t)seed;
@@ -160,6 +188,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.ckpt_dir = ckpt_dir, o.ckpt_every = ckpt_every, o.keep = keep, o.resume = resume;
     o.metrics = metrics, o.log_every = log_every;
     json_t *run_record = fsdp_json_from_args(&spec);
+    if (!o.mbs_auto) json_object_set_new(run_record, "mbs", json_integer(mbs)); /* a number, as it always was */
     char *run_json = fsdp_json_text(run_record, 0, 17);
     json_decref(run_record);
     o.run_json = run_json;

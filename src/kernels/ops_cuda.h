@@ -5,7 +5,7 @@
  * `s`. `act` is the dtype of activations and working weights (FSDP_BF16 or FSDP_F32), `grad` the
  * dtype of parameter gradients; statistics (rstd, mean, lse, losses, scale) are fp32. Arithmetic is
  * fp32 whatever the storage dtype. Ops that reduce across rows (weight and bias gradients, sums)
- * do so deterministically through `scratch` (fp32, size from the matching *_scratch function), so
+ * do so deterministically through `scratch` (fp32, size from the matching function of cuda_scratch.h), so
  * that the same inputs give bitwise the same outputs on every run.
  *
  * A failed launch is fatal: the launcher names the kernel (fsdp_fatal). Launchers never
@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "../base/dtype.h"
+#include "cuda_scratch.h"
 #include "op_args.h"
 
 #ifdef __cplusplus
@@ -38,7 +39,6 @@ void fsdp_cuda_add_rows(float *dst, int64_t window_start, int64_t window_len, co
                         const void *values, int N, int C, fsdp_dtype act, cudaStream_t s);
 
 /* ---- norms ---- */
-size_t fsdp_cuda_norm_backward_scratch(int N, int C); /* bytes */
 void fsdp_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps,
                                fsdp_dtype act, cudaStream_t s);
 void fsdp_cuda_rmsnorm_backward(void *dinp, void *dweight, const void *dout, const void *inp, const void *weight,
@@ -51,7 +51,6 @@ void fsdp_cuda_layernorm_backward(void *dinp, void *dweight, void *dbias, const 
                                   fsdp_dtype act, fsdp_dtype grad, float *scratch, cudaStream_t s);
 
 /* ---- bias gradients: dbias[OC] += sum over n of dout[n, OC] ---- */
-size_t fsdp_cuda_column_sum_scratch(int N, int OC); /* bytes */
 void fsdp_cuda_column_sum(void *dbias, const void *dout, int N, int OC, fsdp_dtype act, fsdp_dtype grad,
                           float *scratch, cudaStream_t s);
 
@@ -75,7 +74,6 @@ void fsdp_cuda_adamw(void *param, const void *grad, void *m, void *v, fsdp_dtype
                      cudaStream_t s);
 void fsdp_cuda_cast(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t n, cudaStream_t s);
 void fsdp_cuda_accumulate(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t n, cudaStream_t s);
-size_t fsdp_cuda_reduce_scratch(size_t n); /* bytes, for sum_squares and sum */
 /* *out += sum(x^2) / sum(x), fp32, fixed order. */
 void fsdp_cuda_sum_squares(float *out, const void *x, fsdp_dtype t, size_t n, float *scratch, cudaStream_t s);
 void fsdp_cuda_sum(float *out, const float *x, size_t n, float *scratch, cudaStream_t s);
@@ -85,7 +83,6 @@ void fsdp_cuda_clip_scale(float *scale, const float *sumsq, float max_norm, cuda
 /* Flash: causal, grouped-query, never materialises T x T. qkv[B,T,(Hq+2Hkv)*D]; out[B,T,Hq*D];
  * lse[B,Hq,T]. Tensor-core paths for bf16 with D in {64, 128}; every other case (fp32, other D <=
  * 256) runs a slower exact path. */
-size_t fsdp_cuda_flash_backward_scratch(int B, int T, int Hq, int Hkv, int D); /* bytes */
 void fsdp_cuda_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int Hq, int Hkv, int D,
                              fsdp_dtype act, cudaStream_t s);
 void fsdp_cuda_flash_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,

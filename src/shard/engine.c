@@ -8,9 +8,7 @@
 
 #include "../base/error.h"
 #include "../base/log.h"
-
-/* Shards are multiples of this many elements: 256-byte aligned fp32, and wide vector accesses. */
-#define SHARD_ALIGN 64
+#include "engine_plan.h"
 
 /* Units of the same padded size share buffers: a ring of slots, each holding one unit at a time. */
 typedef struct {
@@ -64,6 +62,8 @@ struct fsdp_engine {
     void *rows_values;         /* world * capacity * row_len compute-dtype elements */
     int32_t *rows_index;       /* FSDP_MAX_ROW_SETS * world * capacity */
     size_t rows_capacity;      /* entries per rank the buffers hold */
+    int rows_len;              /* of row_len elements */
+    size_t rows_bytes;
     fsdp_event *rows_ready, *rows_done;
     int rows_pending;          /* rows_done recorded and not yet waited for by compute */
 
@@ -160,13 +160,40 @@ double fsdp_engine_take_comm_wait_ms(fsdp_engine *e) {
     return total;
 }
 
-/* ---- rings ---- */
+/* ---- buffers sized by their first use, unless the options foresaw it ---- */
 
-static int find_ring(ring *rings, int n, int64_t elems) {
-    for (int i = 0; i < n; i++)
-        if (rings[i].elems == elems) return i;
-    return -1;
+/* Room for `count` gradient rows of `row_len` per rank, gathered from every rank. */
+static void reserve_rows(fsdp_engine *e, int count, int row_len) {
+    fsdp_backend *be = e->be;
+    if ((size_t)count <= e->rows_capacity && row_len <= e->rows_len) return;
+    if (e->reduce_stream) be->stream_synchronize(be, e->reduce_stream);
+    if (e->rows_values) be->free(be, e->rows_values);
+    if (e->rows_index) be->free(be, e->rows_index);
+    e->bytes -= e->rows_bytes;
+    size_t n = (size_t)e->world_size * (size_t)count;
+    e->rows_values = be->alloc(be, n * (size_t)row_len * e->ce, "gathered gradient rows");
+    e->rows_index = be->alloc(be, FSDP_MAX_ROW_SETS * n * sizeof(int32_t), "gathered gradient row indices");
+    e->rows_bytes = n * (size_t)row_len * e->ce + FSDP_MAX_ROW_SETS * n * sizeof(int32_t);
+    e->bytes += e->rows_bytes;
+    e->rows_capacity = (size_t)count;
+    e->rows_len = row_len;
 }
+
+/* Room for `need` reduce-dtype elements of copy-engine reductions (collective over the shard group). */
+static void reserve_staging(fsdp_engine *e, int64_t need) {
+    fsdp_backend *be = e->be;
+    if (need <= e->staging_elems) return;
+    if (e->reduce_stream) be->stream_synchronize(be, e->reduce_stream);
+    if (e->staging) {
+        be->free(be, e->staging);
+        e->bytes -= (size_t)e->staging_elems * e->re;
+    }
+    e->staging = be->alloc_shared(be, e->reduce_comm, (size_t)need * e->re, "gradient staging buffer");
+    e->staging_elems = need;
+    e->bytes += (size_t)need * e->re;
+}
+
+/* ---- rings ---- */
 
 /* `shared_with`: the communicator whose collectives write into the ring (NULL: none). */
 static void ring_alloc(fsdp_engine *e, ring *r, size_t esize, fsdp_comm *shared_with, const char *what) {
@@ -192,28 +219,19 @@ static int free_slot(const ring *r) {
     return -1;
 }
 
-/* Groups units of equal padded size into rings with `cap(count)` slots each. */
-static int build_rings(fsdp_engine *e, ring **out, int *which, int per_unit_capacity) {
+/* The rings of the engine's units (fsdp_plan_rings); which[u] gets unit u's ring. */
+static int build_rings(fsdp_engine *e, ring **out, int *which, int keep_all) {
+    int64_t *padded = fsdp_xmalloc((size_t)e->num_units * sizeof(int64_t), "unit rings");
+    for (int u = 0; u < e->num_units; u++) padded[u] = e->units[u].padded;
+    fsdp_ring_shape *shapes = fsdp_xcalloc((size_t)e->num_units, sizeof *shapes, "unit rings");
+    int n = fsdp_plan_rings(padded, e->pinned, e->num_units, e->opts.max_live, keep_all, shapes, which);
     ring *rings = fsdp_xcalloc((size_t)e->num_units, sizeof *rings, "unit rings");
-    int *count = fsdp_xcalloc((size_t)e->num_units, sizeof(int), "unit rings");
-    int *pinned = fsdp_xcalloc((size_t)e->num_units, sizeof(int), "unit rings");
-    int n = 0;
-    for (int u = 0; u < e->num_units; u++) {
-        int r = find_ring(rings, n, e->units[u].padded);
-        if (r < 0) {
-            r = n++;
-            rings[r].elems = e->units[u].padded;
-        }
-        which[u] = r;
-        count[r]++;
-        pinned[r] += e->pinned[u];
-    }
     for (int r = 0; r < n; r++) {
-        int cap = per_unit_capacity ? count[r] : e->opts.max_live + pinned[r];
-        rings[r].capacity = cap < count[r] ? cap : count[r];
+        rings[r].elems = shapes[r].elems;
+        rings[r].capacity = shapes[r].capacity;
     }
-    free(count);
-    free(pinned);
+    free(padded);
+    free(shapes);
     *out = rings;
     return n;
 }
@@ -261,14 +279,16 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
 
     split_groups(e, world, topo);
     int S = e->shard_size;
+    int expect_S, expect_R;
+    fsdp_strategy_groups(opts->strategy, topo->world, topo->node_size, &expect_S, &expect_R);
+    FSDP_ASSERT(expect_S == S && expect_R == e->replica_size);
 
     e->units = fsdp_xcalloc((size_t)num_units, sizeof *e->units, "unit state");
     for (int u = 0; u < num_units; u++) {
         unit_state *s = &e->units[u];
-        int64_t align = (int64_t)S * SHARD_ALIGN;
         s->numel = specs[u].numel;
         s->decay_numel = specs[u].decay_numel;
-        s->padded = (s->numel + align - 1) / align * align;
+        s->padded = fsdp_shard_padded(s->numel, S);
         s->shard_len = s->padded / S;
         s->offset = e->total_shard;
         s->param_slot = -1;
@@ -300,6 +320,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     }
 
     /* One allocation per class of state. */
+    size_t reserved_before = be->reserved_bytes;
     size_t shard_bytes = (size_t)e->total_shard * e->me;
     int aliased = opts->compute_dtype == opts->master_dtype;
     e->master = aliased ? be->alloc_shared(be, e->gather_comm, shard_bytes, "master weights")
@@ -337,6 +358,21 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     free(which);
     e->grad_ready = fsdp_xcalloc((size_t)grad_slots, sizeof *e->grad_ready, "gradient events");
     for (int i = 0; i < grad_slots; i++) e->grad_ready[i] = be->event_create(be, 0);
+    /* What the first step would otherwise size: nothing is allocated once training runs. */
+    if (e->world_size > 1 && opts->rows_capacity > 0) reserve_rows(e, opts->rows_capacity, opts->row_len);
+    if (S > 1 && opts->copy_engine_reductions) {
+        int64_t largest = 0;
+        for (int u = 0; u < num_units; u++) largest = e->units[u].padded > largest ? e->units[u].padded : largest;
+        reserve_staging(e, largest);
+    }
+    /* The memory plans count with the same functions; this keeps them honest. */
+    if (!be->oom.failures && !opts->copy_engine_gathers && !opts->copy_engine_reductions) {
+        fsdp_engine_memory plan;
+        fsdp_engine_memory_plan(specs, num_units, opts, topo->world, topo->node_size, be->kind, &plan);
+        if (be->reserved_bytes - reserved_before != plan.total)
+            fsdp_fatal("internal error: the engine allocated %zu bytes, its memory plan says %zu",
+                       be->reserved_bytes - reserved_before, plan.total);
+    }
 
     e->gather_stream = be->stream_create(be, "gather");
     e->reduce_stream = be->stream_create(be, "reduce");
@@ -546,17 +582,8 @@ void *fsdp_engine_grads(fsdp_engine *e, int u) {
  * a local sum, on the reduce stream; returns where this rank's summed piece is. */
 static char *reduce_scatter_on_copy_engines(fsdp_engine *e, const unit_state *s, char *buf) {
     fsdp_backend *be = e->be;
-    int64_t need = (int64_t)e->shard_size * s->shard_len;
-    if (need > e->staging_elems) { /* the first step sizes it (collectively: every rank reduces the same units) */
-        be->stream_synchronize(be, e->reduce_stream);
-        if (e->staging) {
-            be->free(be, e->staging);
-            e->bytes -= (size_t)e->staging_elems * e->re;
-        }
-        e->staging = be->alloc_shared(be, e->reduce_comm, (size_t)need * e->re, "gradient staging buffer");
-        e->staging_elems = need;
-        e->bytes += (size_t)need * e->re;
-    }
+    /* Made at creation for the largest unit; collective here too (every rank reduces the same units). */
+    reserve_staging(e, (int64_t)e->shard_size * s->shard_len);
     size_t piece = (size_t)s->shard_len * e->re;
     char *stage = e->staging;
     be->all_to_all(be, e->reduce_comm, buf, stage, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
@@ -631,16 +658,7 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
     const void *all_values = values;
     int entries = count;
     if (e->world_size > 1) {
-        if ((size_t)count > e->rows_capacity) { /* the first step sizes them; later steps reuse them */
-            be->stream_synchronize(be, e->reduce_stream);
-            if (e->rows_values) be->free(be, e->rows_values);
-            if (e->rows_index) be->free(be, e->rows_index);
-            size_t n = (size_t)e->world_size * (size_t)count;
-            e->rows_values = be->alloc(be, n * (size_t)row_len * e->ce, "gathered gradient rows");
-            e->rows_index = be->alloc(be, FSDP_MAX_ROW_SETS * n * sizeof(int32_t), "gathered gradient row indices");
-            e->bytes += n * (size_t)row_len * e->ce + FSDP_MAX_ROW_SETS * n * sizeof(int32_t);
-            e->rows_capacity = (size_t)count;
-        }
+        reserve_rows(e, count, row_len); /* made at creation when the options foresaw them */
         size_t n = (size_t)e->world_size * (size_t)count;
         be->all_gather(be, e->rows_comm, values, e->rows_values, (size_t)count * (size_t)row_len,
                        e->opts.compute_dtype, e->reduce_stream);

@@ -71,7 +71,35 @@ typedef struct {
     /* 1: reduce-scatters as an all-to-all on copy engines plus a local sum of the S pieces (the sum
      * is a short full-width kernel instead of NCCL kernels that hold SMs for the whole transfer). */
     int copy_engine_reductions;
+    /* Gradient rows (fsdp_engine_add_rows) a rank adds per call, at most, and their length: their
+     * buffers are made with the others (0: none expected; made at the first call if any come). */
+    int rows_capacity, row_len;
 } fsdp_shard_options;
+
+/* ---- memory, without a device ---- */
+
+/* Shard group size S and replica group size R of a strategy on `world` ranks in nodes of
+ * `node_size` ranks (the table at the top). */
+void fsdp_strategy_groups(fsdp_strategy s, int world, int node_size, int *shard_size, int *replica_size);
+
+/* What fsdp_engine_create (and the first fsdp_engine_add_rows) allocate on each rank, per class of
+ * state, as reserved_bytes counts it on `kind`. The engine builds its buffers from the same
+ * functions and checks at creation that it allocated exactly this (copy engines aside, whose
+ * shared buffers NCCL rounds to its window alignment). */
+typedef struct {
+    int shard_size, replica_size;
+    int64_t total_shard;                 /* elements of this rank's shards of all units */
+    size_t master, grads, adam, working; /* adam: first and second moments together */
+    size_t gathered;                     /* gathered units: rings of slots (S > 1) */
+    size_t grad_buffers;                 /* full-unit gradient buffers in the reduce dtype */
+    size_t grad_rows;                    /* every rank's gradient rows, gathered (embedding rows) */
+    size_t staging;                      /* copy-engine reductions */
+    int gathered_rings, gathered_slots, grad_rings, grad_slots;
+    int communicators;                   /* backend communicators the engine creates */
+    size_t total;
+} fsdp_engine_memory;
+void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const fsdp_shard_options *opts, int world,
+                             int node_size, fsdp_device_kind kind, fsdp_engine_memory *out);
 
 typedef struct fsdp_engine fsdp_engine;
 

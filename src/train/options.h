@@ -2,6 +2,7 @@
 #ifndef FSDP_TRAIN_OPTIONS_H
 #define FSDP_TRAIN_OPTIONS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../base/dtype.h"
@@ -22,6 +23,9 @@ typedef struct {
     const char *device;         /* auto, cpu, cuda */
     /* batch and schedule */
     int mbs, seq, grad_accum, steps;
+    int mbs_auto;               /* --mbs auto: the largest micro-batch the memory plan fits (src/train/memory_fit.c) */
+    int global_batch;           /* --global-batch: grad_accum = global_batch / (mbs * ranks); 0 = use grad_accum */
+    size_t memory_limit;        /* --memory-limit in bytes per rank, 0 = the device's memory */
     double lr, min_lr, weight_decay, beta1, beta2, adam_eps, clip;
     int warmup;
     uint64_t seed;

@@ -21,11 +21,11 @@
  * optimizer. */
 enum { PHASE_START, PHASE_FORWARD, PHASE_HEAD, PHASE_BACKWARD, PHASE_REDUCED, PHASE_OPTIMIZER, PHASES };
 
-enum { SCALAR_LOSS = 0, SCALAR_SUMSQ = 1, SCALAR_CLIP = 2, NUM_SCALARS = 4 };
+enum { SCALAR_LOSS = 0, SCALAR_SUMSQ = 1, SCALAR_CLIP = 2, NUM_SCALARS = FSDP_STEP_SCALARS };
 
 /* ---- set-up ---- */
 
-static int load_model_config(const char *spec, fsdp_model_config *cfg, fsdp_err *err) {
+int fsdp_train_load_model(const char *spec, fsdp_model_config *cfg, fsdp_err *err) {
     if (fsdp_model_preset(spec, cfg) == 0) return 0;
     struct stat st;
     if (stat(spec, &st) != 0) {
@@ -40,32 +40,6 @@ static int load_model_config(const char *spec, fsdp_model_config *cfg, fsdp_err 
     return fsdp_hf_config_load(spec, cfg, err);
 }
 
-/* The order units are visited for parameters in one micro-batch; the embedding's backward needs no
- * parameters, and a tied embedding stays gathered from its forward to its backward. */
-static void build_order(fsdp_trainer *t) {
-    int L = t->cfg.num_layers, n = 0;
-    t->order = fsdp_xmalloc((size_t)(2 * L + 2) * sizeof(int), "the unit order");
-    t->order[n++] = fsdp_unit_embed(&t->layout);
-    for (int l = 0; l < L; l++) t->order[n++] = fsdp_unit_block(&t->layout, l);
-    t->order[n++] = fsdp_unit_head(&t->layout);
-    for (int l = L - 1; l >= 0; l--) t->order[n++] = fsdp_unit_block(&t->layout, l);
-    t->order_len = n;
-    t->pinned = fsdp_xcalloc((size_t)t->layout.num_units, sizeof(int), "pinned units");
-    if (t->cfg.tie_word_embeddings) t->pinned[fsdp_unit_embed(&t->layout)] = 1;
-}
-
-/* Rows move world x tokens x hidden activation-dtype values; dense reduces the whole token-embedding
- * matrix in the reduce dtype. Rows win when the batch touches a small part of the vocabulary. */
-static int choose_embed_rows(const fsdp_trainer *t) {
-    const fsdp_train_options *o = &t->opt;
-    if (o->master_dtype != FSDP_F32 || o->embed_grads == FSDP_EMBED_GRADS_DENSE) return 0;
-    if (o->embed_grads == FSDP_EMBED_GRADS_ROWS) return 1;
-    double act = o->compute_dtype == FSDP_BF16 ? 2.0 : 4.0, red = o->reduce_dtype == FSDP_BF16 ? 2.0 : 4.0;
-    double rows_bytes = (double)t->topo.world * o->mbs * o->seq * act;
-    double dense_bytes = (double)t->cfg.vocab_size * red;
-    return rows_bytes <= dense_bytes / 2; /* margin for the scattered additions */
-}
-
 static int create_engine(fsdp_trainer *t, fsdp_err *err) {
     fsdp_unit_spec *specs = fsdp_xmalloc((size_t)t->layout.num_units * sizeof *specs, "unit specs");
     for (int u = 0; u < t->layout.num_units; u++) {
@@ -73,30 +47,29 @@ static int create_engine(fsdp_trainer *t, fsdp_err *err) {
         specs[u].decay_numel = t->layout.units[u].decay_numel;
     }
     fsdp_shard_options so;
-    memset(&so, 0, sizeof so);
-    so.strategy = t->opt.strategy;
-    so.prefetch = t->opt.prefetch;
-    so.max_live = t->opt.max_live;
-    so.copy_engine_gathers = t->opt.copy_engine_gathers;
-    so.copy_engine_reductions = t->opt.copy_engine_reductions;
-    so.master_dtype = t->opt.master_dtype;
-    so.compute_dtype = t->opt.compute_dtype;
-    so.reduce_dtype = t->opt.reduce_dtype;
-    so.order = t->order;
-    so.order_len = t->order_len;
-    so.pinned = t->pinned;
+    fsdp_plan_shard_options(&t->cfg, &t->opt, t->topo.world, t->order, t->order_len, t->pinned, &so);
+    t->embed_rows = so.rows_capacity > 0;
     t->eng = fsdp_engine_create(t->be, t->world, &t->topo, specs, t->layout.num_units, &so, err);
     free(specs);
     return t->eng ? 0 : -1;
 }
 
+/* The op scratch of a step's largest request, now (fsdp_device_op_scratch). */
+static void reserve_scratch(fsdp_trainer *t) {
+    int64_t total_shard = 0;
+    for (int u = 0; u < t->layout.num_units; u++) total_shard += fsdp_engine_view(t->eng, u).len;
+    fsdp_op_extent x;
+    fsdp_plan_op_extent(&t->cfg, &t->opt, total_shard, &x);
+    t->be->reserve_scratch(t->be, fsdp_device_op_scratch(t->be->kind, &x));
+}
+
 static int setup(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
     if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0)
-        load_model_config(o->model, &t->cfg, err);
+        fsdp_train_load_model(o->model, &t->cfg, err);
     if (fsdp_agree(&t->world, err)) return -1;
     fsdp_layout_build(&t->cfg, &t->layout);
-    build_order(t);
+    fsdp_plan_unit_order(&t->cfg, &t->layout, &t->order, &t->order_len, &t->pinned);
 
     fsdp_backend_options bo;
     memset(&bo, 0, sizeof bo);
@@ -105,17 +78,21 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     bo.grad_dtype = o->reduce_dtype;
     bo.local_rank = t->topo.local_rank;
     bo.local_size = t->topo.local_size;
+    bo.memory_limit = fsdp_fit_backend_limit(t);
     t->be = fsdp_backend_create(&bo, err);
     if (fsdp_agree(&t->world, err)) return -1;
+    fsdp_fit_choose(t, err); /* the micro-batch of --mbs auto, the accumulation of --global-batch */
+    if (fsdp_agree(&t->world, err)) return -1;
 
+    /* From here to fsdp_fit_check_setup every rank runs to the end even when memory runs out. */
+    t->be->oom.deferred = 1;
     /* The model checks the batch shape (an OPT sequence beyond its positions, say) before the
      * engine takes the memory of the shards. */
-    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk};
+    fsdp_model_shape shape = fsdp_plan_model_shape(o);
     t->model = fsdp_model_create(t->be, &t->cfg, &t->layout, &shape, err);
     if (fsdp_agree(&t->world, err)) return -1;
 
     if (create_engine(t, err)) return -1;
-    t->embed_rows = choose_embed_rows(t);
 
     if (fsdp_data_open(&t->data, o->data, o->synthetic_vocab, t->cfg.vocab_size, o->seq, o->seed, err) == 0)
         t->data.seed = o->seed;
@@ -127,6 +104,8 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     t->dev_scalars = t->be->alloc(t->be, NUM_SCALARS * sizeof(float), "step scalars");
     t->host_scalars = t->be->alloc_host(t->be, NUM_SCALARS * sizeof(float), "step scalars");
     for (int i = 0; i < PHASES; i++) t->phase[i] = t->be->event_create(t->be, 1);
+    reserve_scratch(t);
+    if (fsdp_fit_check_setup(t, err)) return -1;
     t->sched.lr = o->lr;
     t->sched.min_lr = o->min_lr;
     t->sched.warmup = o->warmup;
@@ -369,6 +348,15 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
     unsigned long long reserved = t->be->max_reserved_bytes, max_reserved = reserved;
     FSDP_CHECK_MPI(MPI_Allreduce(&reserved, &max_reserved, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, t->world));
     double gib = (double)max_reserved / (double)(1ull << 30);
+    /* What the GPU holds besides: the CUDA context, NCCL's and cuBLAS's buffers (the plan estimates it). */
+    unsigned long long outside[3] = {0, t->be->outside_at_create, t->be->outside_comm_init}, max_outside[3];
+    if (t->be->kind == FSDP_DEVICE_CUDA) {
+        size_t free_b = 0, total = 0;
+        t->be->memory_info(t->be, &free_b, &total);
+        size_t in_use = total - free_b;
+        outside[0] = in_use > t->be->reserved_bytes ? in_use - t->be->reserved_bytes : 0;
+    }
+    FSDP_CHECK_MPI(MPI_Allreduce(outside, max_outside, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, t->world));
     if (fsdp_rank() != 0) return;
     if (steps_run > 0) {
         fsdp_log("Training throughput: %.2f Tokens/s/GPU (steady state over %d steps; %.2f by the course's formula)\n",
@@ -377,7 +365,13 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
             fsdp_log("Model FLOPs: %.1f TFLOP/s per GPU, MFU %.1f%% of %.0f TFLOP/s\n", tflops,
                      100.0 * tflops / t->be->peak_tflops, t->be->peak_tflops);
     }
-    fsdp_log("Max reserved %s memory: %.2f GiB\n", strcmp(t->be->name, "cpu") ? "GPU" : "CPU backend", gib);
+    fsdp_log("Max reserved %s memory: %.2f GiB (memory plan: %.2f GiB)\n", strcmp(t->be->name, "cpu") ? "GPU" : "CPU backend",
+             gib, fsdp_gib(t->plan.reserved));
+    if (t->be->kind == FSDP_DEVICE_CUDA)
+        fsdp_log("GPU memory outside fsdp.c's allocations: %.2f GiB (the plan's estimate: %.2f GiB; CUDA context and "
+                 "cuBLAS %.2f, NCCL communicators %.2f when created, the rest since)\n",
+                 fsdp_gib((size_t)max_outside[0]), fsdp_gib(t->plan.outside), fsdp_gib((size_t)max_outside[1]),
+                 fsdp_gib((size_t)max_outside[2]));
     if (t->metrics) {
         json_t *rec = json_pack("{s:b, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:i, s:s, s:s}", "summary", 1, "steps",
                                 steps_run, "final_step", t->step, "tokens_per_s_per_gpu", fsdp_json_number(tps),
@@ -389,6 +383,16 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
         json_t *cfg = summary_config(t);
         if (!rec || json_object_update(rec, cfg) != 0) fsdp_fatal("out of host memory building the metrics summary");
         json_decref(cfg);
+        int gpu = t->be->kind == FSDP_DEVICE_CUDA;
+        json_t *memory = json_pack(
+            "{s:I, s:I, s:o, s:o, s:o, s:o, s:i}", "max_reserved_bytes", (json_int_t)max_reserved,
+            "plan_reserved_bytes", (json_int_t)t->plan.reserved, "outside_gib",
+            gpu ? fsdp_json_number(fsdp_gib((size_t)max_outside[0])) : json_null(), "outside_context_gib",
+            gpu ? fsdp_json_number(fsdp_gib((size_t)max_outside[1])) : json_null(), "outside_comm_init_gib",
+            gpu ? fsdp_json_number(fsdp_gib((size_t)max_outside[2])) : json_null(), "plan_outside_gib",
+            fsdp_json_number(fsdp_gib(t->plan.outside)), "step_downs", t->step_downs);
+        if (!memory || json_object_update(rec, memory)) fsdp_fatal("out of host memory building the metrics summary");
+        json_decref(memory);
         fsdp_metrics_write(t->metrics, rec, err);
         json_decref(rec);
     }
@@ -410,13 +414,36 @@ static void describe_run(fsdp_trainer *t) {
     fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s\n", o->mbs,
              o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world, o->seq,
              o->data ? o->data : "synthetic");
+    char plan[512];
+    fsdp_memory_plan_line(&t->plan, plan, sizeof plan);
+    fsdp_log("memory per %s: %s | held now: %.2f GiB\n", t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank", plan,
+             fsdp_gib(t->be->reserved_bytes));
 }
 
 /* ---- the run ---- */
 
+/* Sets the run up; under --mbs auto, a set-up that ran out of memory on some rank is torn down and
+ * built again with the next smaller micro-batch. */
+static int setup_fitting(fsdp_trainer *t, fsdp_err *err) {
+    while (setup(t, err)) {
+        int next = fsdp_fit_step_down(t, err->msg);
+        if (!next) return -1;
+        fsdp_train_options opt = t->opt;
+        int step_downs = t->step_downs + 1;
+        teardown(t);
+        memset(t, 0, sizeof *t);
+        memset(err, 0, sizeof *err);
+        t->opt = opt;
+        t->opt.mbs = next;
+        t->world = MPI_COMM_WORLD;
+        t->step_downs = step_downs;
+    }
+    return 0;
+}
+
 static int run(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
-    if (setup(t, err)) return -1;
+    if (setup_fitting(t, err)) return -1;
 
     char resume_path[4096];
     int resume = resolve_resume(t, resume_path, sizeof resume_path, err);

@@ -11,6 +11,7 @@
 #include "../model/model.h"
 #include "../shard/engine.h"
 #include "data.h"
+#include "memory_plan.h"
 #include "options.h"
 #include "schedule.h"
 
@@ -38,10 +39,36 @@ typedef struct {
     float *host_scalars;
     /* Timing events on the compute stream at the phases of a step (PHASE_* in trainer.c). */
     fsdp_event *phase[6]; /* PHASES */
+
+    /* Memory (src/train/memory_fit.c): the plan of this run, the memory it must fit in, set-ups
+     * that ran out of memory and were built again smaller (--mbs auto). */
+    fsdp_memory_plan plan;
+    size_t fit_budget;     /* bytes per rank (agreed minimum), 0 = unknown */
+    int oom_at_setup;      /* the last set-up ran out of memory on some rank (agreed) */
+    int step_downs;
 } fsdp_trainer;
 
 /* Runs `fsdp train` to the end. Returns 0, or -1 with err set (already agreed across ranks). */
 int fsdp_train(const fsdp_train_options *opt, fsdp_err *err);
+
+/* A preset name, or a Hugging Face config.json or its directory (--model). */
+int fsdp_train_load_model(const char *spec, fsdp_model_config *cfg, fsdp_err *err);
+
+/* Memory (src/train/memory_fit.c), collective over the world. */
+/* The memory limit this rank's backend enforces: --memory-limit, or for tests
+ * FSDP_TEST_MEMORY_LIMIT=RANK:GIB, a lower limit on one rank that the plan does not know of (its
+ * set-up then runs out of memory alone, which exercises the agreement and the step down). */
+size_t fsdp_fit_backend_limit(const fsdp_trainer *t);
+/* Before the backend allocates: the budget (--memory-limit, or the GPU's memory), the micro-batch
+ * of --mbs auto and the accumulation steps of --global-batch. */
+int fsdp_fit_choose(fsdp_trainer *t, fsdp_err *err);
+/* After the set-up's allocations: agrees whether any rank ran out of memory; if so err says where,
+ * with the plan and what would fit, and t->oom_at_setup is set. Then installs the out-of-memory
+ * hook that turns a later failure into one line with the same. */
+int fsdp_fit_check_setup(fsdp_trainer *t, fsdp_err *err);
+/* After a set-up that ran out of memory (`reason`) under --mbs auto: the next smaller micro-batch
+ * to build (logged), or 0 when there is none. */
+int fsdp_fit_step_down(fsdp_trainer *t, const char *reason);
 
 /* Checkpoints (src/train/checkpointing.c). */
 int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err);

@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
 
     fsdp_layout layout;
     fsdp_layout_build(&cfg, &layout);
-    fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0};
+    fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
     fsdp_backend *be = fsdp_backend_create(&bo, &err);
     if (!be) die(err.msg);
     fsdp_model_shape shape = {B, T, attn, 0};

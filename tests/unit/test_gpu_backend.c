@@ -335,8 +335,8 @@ static void test_optimizer(size_t n) {
 static void run_mode(fsdp_dtype act, fsdp_dtype grad) {
     fsdp_err err = {0};
     ACT = act, GRAD = grad;
-    fsdp_backend_options co = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0};
-    fsdp_backend_options go = {"cuda", act, grad, 0, 1, 0};
+    fsdp_backend_options co = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
+    fsdp_backend_options go = {"cuda", act, grad, 0, 1, 0, 0};
     cpu = fsdp_backend_create(&co, &err);
     gpu = fsdp_backend_create(&go, &err);
     if (!cpu || !gpu) {

@@ -106,7 +106,7 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
     /* In bf16 mode the CPU side emulates bf16 (every op's output rounded to bf16, as the GPU stores
      * it): against plain fp32, small models' attention gradients differ by more than bf16 noise
      * because they are small differences of large terms. */
-    fsdp_backend_options co = {"cpu", act, FSDP_F32, 0, 1, 0}, go = {"cuda", act, FSDP_F32, 0, 1, 0};
+    fsdp_backend_options co = {"cpu", act, FSDP_F32, 0, 1, 0, 0}, go = {"cuda", act, FSDP_F32, 0, 1, 0, 0};
     side c = {fsdp_backend_create(&co, &err), 0, 0, 0, 0}, g = {fsdp_backend_create(&go, &err), 0, 0, 0, 0};
     int U = l.num_units;
     float **hp = calloc((size_t)U, sizeof(float *));

@@ -48,7 +48,7 @@ static void setup(rig *r, const char *preset, int B, int T) {
     memset(r, 0, sizeof *r);
     if (fsdp_model_preset(preset, &r->cfg)) exit(1);
     fsdp_layout_build(&r->cfg, &r->layout);
-    fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0};
+    fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
     r->be = fsdp_backend_create(&bo, &err);
     fsdp_model_shape shape = {B, T, FSDP_ATTN_FLASH, 5}; /* several LM-head chunks */
     r->model = fsdp_model_create(r->be, &r->cfg, &r->layout, &shape, &err);

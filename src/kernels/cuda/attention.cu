@@ -27,11 +27,6 @@ static attn_args attn_make(const char *op, int B, int T, int Hq, int Hkv, int D)
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-size_t fsdp_cuda_flash_backward_scratch(int B, int T, int Hq, int Hkv, int D) {
-    /* delta[B, Hq, T] */
-    return (size_t)B * (size_t)Hq * (size_t)T * sizeof(float);
-}
-
 void fsdp_cuda_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int Hq, int Hkv, int D,
                              fsdp_dtype act, cudaStream_t s) {
     attn_args a = attn_make("fsdp_cuda_flash_forward", B, T, Hq, Hkv, D);

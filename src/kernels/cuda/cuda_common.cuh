@@ -44,16 +44,11 @@ static inline unsigned fsdp_cuda_grid(size_t work, int threads) {
 
 static inline int fsdp_cuda_ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-/* Two-pass column sums (norm weight/bias gradients, bias gradients): pass one runs G row blocks,
- * block b summing its own fixed range of rows into partial row b of an fp32 scratch [G, C]; pass
- * two adds the G partials of each column in a fixed order into the gradient. G depends on N alone
- * (never on the device), so results are bitwise reproducible everywhere. At least 32 rows per
- * block keep the partials' traffic a few percent of the main pass; at most 1024 blocks fill any
- * GPU and bound the scratch. */
-static inline int fsdp_cuda_row_blocks(int N) {
-    int g = fsdp_cuda_ceil_div(N, 32);
-    return g < 1 ? 1 : g > 1024 ? 1024 : g;
-}
+/* Two-pass column sums (norm weight/bias gradients, bias gradients): pass one runs G =
+ * fsdp_cuda_row_blocks(N) row blocks (cuda_scratch.h), block b summing its own fixed range of rows
+ * into partial row b of an fp32 scratch [G, C]; pass two adds the G partials of each column in a
+ * fixed order into the gradient. G depends on N alone (never on the device), so results are
+ * bitwise reproducible everywhere. */
 
 /* dst0[c] += sum_b part[b * C + c] and, when dst1 is not NULL, dst1[c] += sum_b part[(G + b) * C + c],
  * for c < C, in dtype `grad`, summing b in a fixed order (reduce.cu). */

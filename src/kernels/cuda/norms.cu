@@ -259,12 +259,6 @@ static __global__ void rms_bwd_gen_kernel(void *dinp, float *part, const void *d
         rms_bwd_gen(dinp, part, dout, inp, weight, rstd, N, C, rows, 0);
 }
 
-/* Room for the weight and the bias partial rows of fsdp_cuda_row_blocks(N) blocks. */
-extern "C" size_t fsdp_cuda_norm_backward_scratch(int N, int C) {
-    if (N <= 0 || C <= 0) return 0;
-    return 2 * (size_t)fsdp_cuda_row_blocks(N) * (size_t)C * sizeof(float);
-}
-
 extern "C" void fsdp_cuda_rmsnorm_backward(void *dinp, void *dweight, const void *dout, const void *inp,
                                            const void *weight, const float *rstd, int N, int C, fsdp_dtype act,
                                            fsdp_dtype grad, float *scratch, cudaStream_t s) {

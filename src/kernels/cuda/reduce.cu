@@ -86,11 +86,6 @@ static __global__ void colsum_part_kernel(float *part, const void *dout, int N, 
     }
 }
 
-extern "C" size_t fsdp_cuda_column_sum_scratch(int N, int OC) {
-    if (N <= 0 || OC <= 0) return 0;
-    return (size_t)fsdp_cuda_row_blocks(N) * (size_t)OC * sizeof(float);
-}
-
 extern "C" void fsdp_cuda_column_sum(void *dbias, const void *dout, int N, int OC, fsdp_dtype act, fsdp_dtype grad,
                                      float *scratch, cudaStream_t s) {
     if (N <= 0 || OC <= 0) return;
@@ -105,14 +100,9 @@ extern "C" void fsdp_cuda_column_sum(void *dbias, const void *dout, int N, int O
 
 /* ---- whole-array sums ----------------------------------------------------------------------------- */
 
-#define REDUCE_THREADS 512
-#define REDUCE_MAX_BLOCKS 1024
-
-/* Blocks of the first pass: one chunk of 8 per thread up to REDUCE_MAX_BLOCKS, from n alone. */
-static int reduce_blocks(size_t n) {
-    size_t g = (n + (size_t)REDUCE_THREADS * 8 - 1) / ((size_t)REDUCE_THREADS * 8);
-    return g < 1 ? 1 : g > REDUCE_MAX_BLOCKS ? REDUCE_MAX_BLOCKS : (int)g;
-}
+/* Blocks of the first pass (fsdp_cuda_reduce_blocks, cuda_scratch.h): one chunk of 8 per thread, from
+ * n alone. */
+#define REDUCE_THREADS FSDP_CUDA_REDUCE_THREADS
 
 /* Sum (or sum of squares) over a fixed stride pattern. Each chunk of 8 is summed in fp32, chunks
  * accumulate in double per thread (free on Hopper, and it keeps sums over hundreds of millions
@@ -184,12 +174,10 @@ static __global__ void __launch_bounds__(1024) reduce_final_kernel(float *out, c
     }
 }
 
-extern "C" size_t fsdp_cuda_reduce_scratch(size_t n) { return (size_t)reduce_blocks(n) * sizeof(float); }
-
 static void reduce_launch(float *out, const void *x, int bf16, int sq, size_t n, float *scratch, cudaStream_t s,
                           const char *name) {
     if (n == 0) return;
-    int G = reduce_blocks(n);
+    int G = fsdp_cuda_reduce_blocks(n);
     reduce_part_kernel<<<G, REDUCE_THREADS, 0, s>>>(scratch, x, n, bf16, sq, fsdp_cuda_aligned16(x));
     fsdp_cuda_check_launch(name);
     reduce_final_kernel<<<1, 1024, 0, s>>>(out, scratch, G);

@@ -1,0 +1,63 @@
+/* Allocation sizes of the backends, without a device (see sizes.h). */
+#include "sizes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/cuda_scratch.h"
+
+int fsdp_device_kind_parse(const char *name, fsdp_device_kind *out) {
+    if (!strcmp(name, "cpu")) *out = FSDP_DEVICE_CPU;
+    else if (!strcmp(name, "cuda")) *out = FSDP_DEVICE_CUDA;
+    else return -1;
+    return 0;
+}
+
+const char *fsdp_device_kind_name(fsdp_device_kind k) { return k == FSDP_DEVICE_CUDA ? "cuda" : "cpu"; }
+
+size_t fsdp_device_dtype_size(fsdp_device_kind k, fsdp_dtype t) {
+    return k == FSDP_DEVICE_CUDA && t == FSDP_BF16 ? 2 : 4;
+}
+
+size_t fsdp_device_alloc_size(fsdp_device_kind k, size_t bytes) {
+    if (k == FSDP_DEVICE_CPU) return bytes;
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    return rounded ? rounded : 256;
+}
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x) {
+    if (k == FSDP_DEVICE_CPU) return 0;
+    size_t need = fsdp_cuda_norm_backward_scratch(x->tokens, x->hidden);
+    if (x->widest_bias > 0) need = max_size(need, fsdp_cuda_column_sum_scratch(x->tokens, x->widest_bias));
+    if (x->attn == FSDP_ATTN_EAGER)
+        need = max_size(need, fsdp_cuda_eager_backward_scratch(x->batch, x->seq, x->q_heads,
+                                                               fsdp_device_dtype_size(k, x->act_dtype)));
+    else
+        need = max_size(need, fsdp_cuda_flash_backward_scratch(x->batch, x->seq, x->q_heads, x->kv_heads,
+                                                               x->head_dim));
+    need = max_size(need, fsdp_cuda_reduce_scratch((size_t)x->longest_sum));
+    return max_size(need, fsdp_cuda_reduce_scratch((size_t)x->tokens)); /* the loss sum */
+}
+
+int fsdp_device_gemm_tuning(void) {
+    const char *env = getenv("FSDP_GEMM_TUNE");
+    return !(env && !strcmp(env, "0"));
+}
+
+void fsdp_device_workspace_bytes(fsdp_device_kind k, const fsdp_op_extent *x, int gemm_tuning,
+                                 fsdp_device_workspace *out) {
+    memset(out, 0, sizeof *out);
+    if (k == FSDP_DEVICE_CPU) return;
+    out->lt_workspace = fsdp_device_alloc_size(k, FSDP_CUDA_LT_WORKSPACE_BYTES);
+    out->tune_scratch = gemm_tuning ? fsdp_device_alloc_size(k, FSDP_CUDA_TUNE_SCRATCH_BYTES) : 0;
+    size_t scratch = fsdp_device_op_scratch(k, x);
+    out->op_scratch = scratch ? fsdp_device_alloc_size(k, scratch) : 0;
+    out->total = out->lt_workspace + out->tune_scratch + out->op_scratch;
+}
+
+size_t fsdp_outside_estimate(fsdp_device_kind k, int communicators) {
+    if (k == FSDP_DEVICE_CPU) return 0;
+    return FSDP_CUDA_CONTEXT_BYTES_ESTIMATE + (size_t)communicators * FSDP_NCCL_COMM_BYTES_ESTIMATE;
+}

@@ -1,0 +1,72 @@
+/* What the backends allocate, as pure functions that need no device: the bytes of a dtype, what
+ * reserved_bytes grows by for one allocation, and the workspaces the backends keep for themselves
+ * (cuBLASLt workspace, GEMM tuning scratch, op scratch). The backends allocate exactly what these
+ * say, and memory plans (src/train/memory_plan.c) count with them, so that a plan made on a laptop
+ * predicts the max_reserved_bytes of a run on a GPU.
+ *
+ * What no fsdp.c allocation holds (the CUDA context, NCCL's and cuBLAS's own buffers) is not in
+ * reserved_bytes; fsdp_outside_estimate gives the estimate the plan adds for it when it decides
+ * what fits in a GPU's memory. */
+#ifndef FSDP_BACKEND_SIZES_H
+#define FSDP_BACKEND_SIZES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/dtype.h"
+#include "../kernels/op_args.h"
+
+typedef enum { FSDP_DEVICE_CPU = 0, FSDP_DEVICE_CUDA = 1 } fsdp_device_kind;
+
+/* "cpu" or "cuda"; -1 for anything else. */
+int fsdp_device_kind_parse(const char *name, fsdp_device_kind *out);
+const char *fsdp_device_kind_name(fsdp_device_kind k);
+
+/* Bytes per element: the CPU stores bf16 as fp32 (emulated), the GPU as 2 bytes. */
+size_t fsdp_device_dtype_size(fsdp_device_kind k, fsdp_dtype t);
+/* What one alloc of `bytes` adds to reserved_bytes: the CPU counts what was asked for, the GPU
+ * the cudaMalloc size (a multiple of 256 bytes, at least 256). */
+size_t fsdp_device_alloc_size(fsdp_device_kind k, size_t bytes);
+
+/* The CUDA backend's own buffers, allocated when it is created: the cuBLASLt workspace (the size
+ * cuBLAS recommends for Hopper) and, unless FSDP_GEMM_TUNE=0, the scratch on which products that
+ * accumulate in place are timed while their algorithm is chosen. */
+#define FSDP_CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define FSDP_CUDA_TUNE_SCRATCH_BYTES ((size_t)256 << 20)
+
+/* The shapes of the ops that take the backend's op scratch in one training step. */
+typedef struct {
+    int tokens;          /* N = batch * seq: rows of every norm and bias gradient */
+    int hidden;          /* C: width of the norms */
+    int widest_bias;     /* widest bias gradient (output features), 0 when no layer has biases */
+    int batch, seq, q_heads, kv_heads, head_dim;
+    fsdp_attn attn;
+    fsdp_dtype act_dtype;
+    int64_t longest_sum; /* elements of the longest sum / sum of squares (the gradient shards) */
+} fsdp_op_extent;
+
+/* The largest op-scratch request of a step with these shapes (0 on the CPU, whose ops take
+ * transient host memory that reserved_bytes does not count). The CUDA backend reserves it before
+ * the first step (reserve_scratch), so a step allocates nothing. */
+size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x);
+
+/* Every buffer the backend holds for itself with these shapes, as reserved_bytes counts them. */
+typedef struct {
+    size_t lt_workspace, tune_scratch, op_scratch;
+    size_t total;
+} fsdp_device_workspace;
+void fsdp_device_workspace_bytes(fsdp_device_kind k, const fsdp_op_extent *x, int gemm_tuning,
+                                 fsdp_device_workspace *out);
+/* 1 unless FSDP_GEMM_TUNE=0 (what the CUDA backend reads). */
+int fsdp_device_gemm_tuning(void);
+
+/* Device memory in use outside fsdp.c's allocations on a GPU running one rank with
+ * `communicators` NCCL communicators: the CUDA context with the kernels and cuBLAS(Lt) loaded, and
+ * NCCL's buffers. Estimates (not counted by reserved_bytes and not exact): the GPU runs report the
+ * measured value ("outside_gib" in the metrics summary), bench/plan_vs_measured.py compares them.
+ * 0 on the CPU. */
+#define FSDP_CUDA_CONTEXT_BYTES_ESTIMATE ((size_t)512 << 20)
+#define FSDP_NCCL_COMM_BYTES_ESTIMATE ((size_t)256 << 20)
+size_t fsdp_outside_estimate(fsdp_device_kind k, int communicators);
+
+#endif

@@ -1,0 +1,105 @@
+/* The engine's memory without a device: the groups a strategy forms, the rings, and every buffer
+ * fsdp_engine_create allocates (engine.h: fsdp_engine_memory_plan). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/error.h"
+#include "engine.h"
+#include "engine_plan.h"
+
+void fsdp_strategy_groups(fsdp_strategy s, int world, int node_size, int *shard_size, int *replica_size) {
+    switch (s) {
+    case FSDP_FULL:
+    case FSDP_SHARD_GRAD_OP: *shard_size = world, *replica_size = 1; break;
+    case FSDP_NO_SHARD: *shard_size = 1, *replica_size = world; break;
+    default: *shard_size = node_size, *replica_size = world / node_size; break;
+    }
+}
+
+int fsdp_plan_rings(const int64_t *padded, const int *pinned, int num_units, int max_live, int keep_all,
+                    fsdp_ring_shape *rings, int *which) {
+    int *count = fsdp_xcalloc((size_t)num_units, sizeof(int), "unit rings");
+    int *pins = fsdp_xcalloc((size_t)num_units, sizeof(int), "unit rings");
+    int n = 0;
+    for (int u = 0; u < num_units; u++) {
+        int r = 0;
+        while (r < n && rings[r].elems != padded[u]) r++;
+        if (r == n) rings[n++].elems = padded[u];
+        which[u] = r;
+        count[r]++;
+        pins[r] += pinned ? pinned[u] : 0;
+    }
+    for (int r = 0; r < n; r++) {
+        int cap = keep_all ? count[r] : max_live + pins[r];
+        rings[r].capacity = cap < count[r] ? cap : count[r];
+    }
+    free(count);
+    free(pins);
+    return n;
+}
+
+/* Adds one allocation of `bytes` to a class of state, as the device counts it. */
+static size_t take(fsdp_engine_memory *m, size_t *klass, fsdp_device_kind kind, size_t bytes) {
+    size_t counted = fsdp_device_alloc_size(kind, bytes);
+    *klass += counted;
+    m->total += counted;
+    return counted;
+}
+
+static size_t ring_bytes(fsdp_engine_memory *m, size_t *klass, fsdp_device_kind kind, const fsdp_ring_shape *rings,
+                         int n, size_t esize, int *slots) {
+    size_t sum = 0;
+    for (int r = 0; r < n; r++) {
+        sum += take(m, klass, kind, (size_t)rings[r].capacity * (size_t)rings[r].elems * esize);
+        *slots += rings[r].capacity;
+    }
+    return sum;
+}
+
+void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const fsdp_shard_options *opts, int world,
+                             int node_size, fsdp_device_kind kind, fsdp_engine_memory *out) {
+    memset(out, 0, sizeof *out);
+    int S, R;
+    fsdp_strategy_groups(opts->strategy, world, node_size, &S, &R);
+    out->shard_size = S, out->replica_size = R;
+    size_t me = fsdp_device_dtype_size(kind, opts->master_dtype), ce = fsdp_device_dtype_size(kind, opts->compute_dtype);
+    size_t re = fsdp_device_dtype_size(kind, opts->reduce_dtype);
+
+    int64_t *padded = fsdp_xmalloc((size_t)num_units * sizeof(int64_t), "unit sizes");
+    int64_t largest = 0;
+    for (int u = 0; u < num_units; u++) {
+        padded[u] = fsdp_shard_padded(units[u].numel, S);
+        out->total_shard += padded[u] / S;
+        if (padded[u] > largest) largest = padded[u];
+    }
+    size_t shard_bytes = (size_t)out->total_shard * me;
+    take(out, &out->master, kind, shard_bytes);
+    take(out, &out->grads, kind, shard_bytes);
+    take(out, &out->adam, kind, shard_bytes);
+    take(out, &out->adam, kind, shard_bytes);
+    if (opts->compute_dtype != opts->master_dtype) take(out, &out->working, kind, (size_t)out->total_shard * ce);
+
+    fsdp_ring_shape *rings = fsdp_xcalloc((size_t)num_units, sizeof *rings, "unit rings");
+    int *which = fsdp_xmalloc((size_t)num_units * sizeof(int), "unit rings");
+    if (S > 1) {
+        out->gathered_rings = fsdp_plan_rings(padded, opts->pinned, num_units, opts->max_live,
+                                              opts->strategy == FSDP_SHARD_GRAD_OP, rings, which);
+        ring_bytes(out, &out->gathered, kind, rings, out->gathered_rings, ce, &out->gathered_slots);
+    }
+    int direct_grads = S == 1 && R == 1 && opts->reduce_dtype == opts->master_dtype;
+    if (!direct_grads) {
+        out->grad_rings = fsdp_plan_rings(padded, opts->pinned, num_units, opts->max_live, 0, rings, which);
+        ring_bytes(out, &out->grad_buffers, kind, rings, out->grad_rings, re, &out->grad_slots);
+    }
+    if (world > 1 && opts->rows_capacity > 0) {
+        size_t n = (size_t)world * (size_t)opts->rows_capacity;
+        take(out, &out->grad_rows, kind, n * (size_t)opts->row_len * ce);
+        take(out, &out->grad_rows, kind, FSDP_MAX_ROW_SETS * n * sizeof(int32_t));
+    }
+    if (S > 1 && opts->copy_engine_reductions) take(out, &out->staging, kind, (size_t)largest * re);
+
+    out->communicators = (S > 1 ? 3 : 0) + (R > 1 ? 1 : 0) + (world > 1 && S != world && R != world ? 1 : 0);
+    free(rings);
+    free(which);
+    free(padded);
+}

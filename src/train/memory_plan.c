@@ -1,0 +1,180 @@
+/* Memory plans: the per-rank sum of what the engine, the model and the backend allocate. */
+#include "memory_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void fsdp_plan_unit_order(const fsdp_model_config *cfg, const fsdp_layout *layout, int **order, int *order_len,
+                          int **pinned) {
+    int L = cfg->num_layers, n = 0;
+    int *o = fsdp_xmalloc((size_t)(2 * L + 2) * sizeof(int), "the unit order");
+    o[n++] = fsdp_unit_embed(layout);
+    for (int l = 0; l < L; l++) o[n++] = fsdp_unit_block(layout, l);
+    o[n++] = fsdp_unit_head(layout);
+    for (int l = L - 1; l >= 0; l--) o[n++] = fsdp_unit_block(layout, l);
+    int *p = fsdp_xcalloc((size_t)layout->num_units, sizeof(int), "pinned units");
+    if (cfg->tie_word_embeddings) p[fsdp_unit_embed(layout)] = 1;
+    *order = o, *order_len = n, *pinned = p;
+}
+
+/* Rows move world x tokens x hidden activation-dtype values; dense reduces the whole token-embedding
+ * matrix in the reduce dtype. Rows win when the batch touches a small part of the vocabulary. */
+int fsdp_plan_embed_rows(const fsdp_model_config *cfg, const fsdp_train_options *o, int world) {
+    if (o->master_dtype != FSDP_F32 || o->embed_grads == FSDP_EMBED_GRADS_DENSE) return 0;
+    if (o->embed_grads == FSDP_EMBED_GRADS_ROWS) return 1;
+    double act = o->compute_dtype == FSDP_BF16 ? 2.0 : 4.0, red = o->reduce_dtype == FSDP_BF16 ? 2.0 : 4.0;
+    double rows_bytes = (double)world * o->mbs * o->seq * act;
+    double dense_bytes = (double)cfg->vocab_size * red;
+    return rows_bytes <= dense_bytes / 2; /* margin for the scattered additions */
+}
+
+void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_options *o, int world, const int *order,
+                             int order_len, const int *pinned, fsdp_shard_options *so) {
+    memset(so, 0, sizeof *so);
+    so->strategy = o->strategy;
+    so->prefetch = o->prefetch;
+    so->max_live = o->max_live;
+    so->copy_engine_gathers = o->copy_engine_gathers;
+    so->copy_engine_reductions = o->copy_engine_reductions;
+    so->master_dtype = o->master_dtype;
+    so->compute_dtype = o->compute_dtype;
+    so->reduce_dtype = o->reduce_dtype;
+    so->order = order;
+    so->order_len = order_len;
+    so->pinned = pinned;
+    if (fsdp_plan_embed_rows(cfg, o, world)) {
+        /* fsdp_model_embed_grad_rows: one row of the hidden size per token of the micro-batch. */
+        so->rows_capacity = o->mbs * o->seq;
+        so->row_len = cfg->hidden_size;
+    }
+}
+
+fsdp_model_shape fsdp_plan_model_shape(const fsdp_train_options *o) {
+    /* Activation recomputation, when it lands, is part of this shape: the arena that
+     * fsdp_model_activation_bytes walks then keeps less, and the plans follow. */
+    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk};
+    return shape;
+}
+
+void fsdp_plan_op_extent(const fsdp_model_config *cfg, const fsdp_train_options *o, int64_t total_shard,
+                         fsdp_op_extent *x) {
+    memset(x, 0, sizeof *x);
+    int qkv = (cfg->num_heads + 2 * cfg->num_kv_heads) * cfg->head_dim;
+    x->tokens = o->mbs * o->seq;
+    x->hidden = cfg->hidden_size;
+    /* The widest bias whose gradient a product sums: qkv, the output projection, the MLP's first
+     * product (gate|up for SwiGLU) and its second. */
+    int mlp_in = cfg->family->mlp == FSDP_MLP_SWIGLU ? 2 * cfg->intermediate_size : cfg->intermediate_size;
+    if ((cfg->biases & FSDP_BIAS_QKV) && qkv > x->widest_bias) x->widest_bias = qkv;
+    if ((cfg->biases & (FSDP_BIAS_O | FSDP_BIAS_MLP)) && cfg->hidden_size > x->widest_bias)
+        x->widest_bias = cfg->hidden_size;
+    if ((cfg->biases & FSDP_BIAS_MLP) && mlp_in > x->widest_bias) x->widest_bias = mlp_in;
+    x->batch = o->mbs, x->seq = o->seq;
+    x->q_heads = cfg->num_heads, x->kv_heads = cfg->num_kv_heads, x->head_dim = cfg->head_dim;
+    x->attn = o->attn;
+    x->act_dtype = o->compute_dtype;
+    x->longest_sum = total_shard; /* the gradient norm's sum of squares over every shard */
+}
+
+void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_options *o, const fsdp_plan_place *place,
+                              fsdp_memory_plan *out) {
+    memset(out, 0, sizeof *out);
+    fsdp_device_kind k = place->device;
+    fsdp_layout layout;
+    fsdp_layout_build(cfg, &layout);
+    int *order, order_len, *pinned;
+    fsdp_plan_unit_order(cfg, &layout, &order, &order_len, &pinned);
+    fsdp_unit_spec *specs = fsdp_xmalloc((size_t)layout.num_units * sizeof *specs, "unit specs");
+    for (int u = 0; u < layout.num_units; u++) {
+        specs[u].numel = layout.units[u].numel;
+        specs[u].decay_numel = layout.units[u].decay_numel;
+    }
+    fsdp_shard_options so;
+    fsdp_plan_shard_options(cfg, o, place->world, order, order_len, pinned, &so);
+    out->embed_rows = so.rows_capacity > 0;
+    fsdp_engine_memory_plan(specs, layout.num_units, &so, place->world, place->node_size, k, &out->engine);
+
+    fsdp_model_shape shape = fsdp_plan_model_shape(o);
+    out->activations =
+        fsdp_device_alloc_size(k, fsdp_model_activation_bytes(cfg, &shape, fsdp_device_dtype_size(k, o->compute_dtype)));
+    out->step_scalars = fsdp_device_alloc_size(k, FSDP_STEP_SCALARS * sizeof(float));
+    fsdp_op_extent x;
+    fsdp_plan_op_extent(cfg, o, out->engine.total_shard, &x);
+    fsdp_device_workspace_bytes(k, &x, fsdp_device_gemm_tuning(), &out->workspace);
+
+    out->reserved = out->engine.total + out->activations + out->step_scalars + out->workspace.total;
+    out->outside = fsdp_outside_estimate(k, out->engine.communicators);
+    out->total = out->reserved + out->outside;
+    free(specs);
+    free(order);
+    free(pinned);
+    fsdp_layout_free(&layout);
+}
+
+int fsdp_memory_plan_max_mbs(int seq) { return (int)((1LL << 30) / (seq > 0 ? seq : 1)); }
+
+static int fits(const fsdp_model_config *cfg, const fsdp_train_options *o, const fsdp_plan_place *place, int mbs,
+                size_t budget, fsdp_memory_plan *p) {
+    fsdp_train_options t = *o;
+    t.mbs = mbs;
+    fsdp_memory_plan_compute(cfg, &t, place, p);
+    return p->total <= budget;
+}
+
+int fsdp_memory_plan_largest_mbs(const fsdp_model_config *cfg, const fsdp_train_options *o,
+                                 const fsdp_plan_place *place, size_t budget, int max_mbs, int per_rank_batch,
+                                 fsdp_memory_plan *at) {
+    fsdp_memory_plan p;
+    if (per_rank_batch > 0) { /* the divisors of the per-rank batch, largest first */
+        for (int mbs = per_rank_batch < max_mbs ? per_rank_batch : max_mbs; mbs >= 1; mbs--) {
+            if (per_rank_batch % mbs || !fits(cfg, o, place, mbs, budget, &p)) continue;
+            *at = p;
+            return mbs;
+        }
+        return 0;
+    }
+    /* The total grows with the micro-batch: double to the first that does not fit, then bisect. */
+    if (!fits(cfg, o, place, 1, budget, &p)) return 0;
+    *at = p;
+    int lo = 1, hi = 2;
+    while (hi <= max_mbs && fits(cfg, o, place, hi, budget, &p)) {
+        lo = hi, *at = p;
+        hi = hi > max_mbs / 2 ? max_mbs + 1 : 2 * hi;
+    }
+    if (hi > max_mbs) hi = max_mbs + 1;
+    while (hi - lo > 1) { /* lo fits, hi does not (or is past the end) */
+        int mid = lo + (hi - lo) / 2;
+        if (fits(cfg, o, place, mid, budget, &p))
+            lo = mid, *at = p;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+fsdp_size_unit fsdp_size_unit_for(size_t bytes) {
+    fsdp_size_unit u = {"GiB", (double)(1u << 30)};
+    if (bytes < ((size_t)1 << 30)) u.name = "MiB", u.bytes = (double)(1u << 20);
+    if (bytes < ((size_t)1 << 20)) u.name = "KiB", u.bytes = 1024.0;
+    return u;
+}
+
+void fsdp_memory_plan_line(const fsdp_memory_plan *p, char *buf, size_t cap) {
+    const fsdp_engine_memory *e = &p->engine;
+    fsdp_size_unit u = fsdp_size_unit_for(p->reserved);
+#define IN(x) ((double)(x) / u.bytes)
+    int n = snprintf(buf, cap,
+                     "master weights %.2f + gradients %.2f + Adam m, v %.2f + working copy %.2f + gathered units %.2f + "
+                     "unit gradient buffers %.2f",
+                     IN(e->master), IN(e->grads), IN(e->adam), IN(e->working), IN(e->gathered), IN(e->grad_buffers));
+    size_t used = n > 0 ? (size_t)n : 0;
+    if (e->grad_rows && used < cap) used += (size_t)snprintf(buf + used, cap - used, " + gradient rows %.2f", IN(e->grad_rows));
+    if (e->staging && used < cap) used += (size_t)snprintf(buf + used, cap - used, " + staging %.2f", IN(e->staging));
+    if (used < cap)
+        used += (size_t)snprintf(buf + used, cap - used, " + activations %.2f + workspace %.2f = %.2f %s reserved",
+                                 IN(p->activations), IN(p->workspace.total + p->step_scalars), IN(p->reserved), u.name);
+    if (p->outside && used < cap)
+        snprintf(buf + used, cap - used, " + %.2f outside fsdp.c (estimate)", IN(p->outside));
+#undef IN
+}

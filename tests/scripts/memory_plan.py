@@ -1,0 +1,129 @@
+"""`fsdp plan` against a direct count of what the CPU backend allocates: for every strategy on 1 to
+4 ranks, both model families, tied and untied embeddings, each precision, eager and flash
+attention, gradient rows and dense, the plan's reserved bytes (fsdp plan --device cpu --json) must
+equal the backend's max_reserved_bytes after a step (the metrics summary), byte for byte. The
+plan one micro-batch larger must not (the comparison can fail). Also: the plan's parts add up, a
+strategy changes nothing on one rank, --recompute is refused until it exists, --mbs auto without
+a GPU asks for --gpu-mem, and --mbs auto picks the largest micro-batch whose plan fits."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import fsdptest as t
+
+UNTIED = os.path.join(t.ROOT, "tests", "data", "tiny-llama-untied", "config.json")
+PARTS = ("master_weights", "gradients", "optimizer_states", "working_copy", "gathered_units", "unit_gradient_buffers",
+         "gradient_rows", "staging", "activations", "step_scalars", "cublaslt_workspace", "gemm_tuning_scratch",
+         "op_scratch")
+
+# (ranks, strategy, ranks per node, model, mbs, extra flags shared by train and plan)
+CASES = [
+    (1, "FULL", 0, "tiny-llama", 3, []),
+    (2, "FULL", 0, "tiny-llama", 3, []),
+    (2, "SHARD_GRAD_OP", 0, UNTIED, 2, []),
+    (2, "NO_SHARD", 0, "tiny-opt", 2, []),
+    (3, "FULL", 0, UNTIED, 2, ["--attn", "eager", "--embedding-grads", "dense"]),
+    (3, "SHARD_GRAD_OP", 0, "tiny-opt", 2, ["--model-precision", "bf16"]),
+    (3, "NO_SHARD", 0, UNTIED, 1, ["--reduce-dtype", "bf16"]),
+    (4, "FULL", 0, "tiny-opt", 2, ["--max-live-units", "1", "--mixed-precision", "no"]),
+    (4, "SHARD_GRAD_OP", 0, "tiny-llama", 1, ["--embedding-grads", "rows", "--attn", "eager"]),
+    (4, "NO_SHARD", 0, "tiny-llama", 2, ["--model-precision", "bf16", "--attn", "eager"]),
+    (4, "HYBRID", 2, UNTIED, 2, ["--reduce-dtype", "bf16"]),
+    (2, "HYBRID", 1, "tiny-opt", 3, ["--head-chunk-tokens", "7"]),
+]
+
+
+def plan(n, strategy, rpn, model, mbs, extra, more=()):
+    nodes = n // rpn if strategy == "HYBRID" else 1
+    args = ["plan", "--model", model, "--gpus", str(n), "--nodes", str(nodes), "--strategy", strategy, "--mbs",
+            str(mbs), "--seq", "16", "--device", "cpu", "--json"] + extra + list(more)
+    rc, out, err = t.run(1, args, check=False)
+    if rc != 0:
+        t.fail("plan failed (%d): %s %s" % (rc, " ".join(args), err[-500:]))
+        return None
+    return json.loads(out)
+
+
+def measured(n, strategy, rpn, model, mbs, extra, tag):
+    d = t.tmpdir("memory-plan-%s" % tag)
+    path = os.path.join(d, "m.jsonl")
+    args = ["train", "--model", model, "--strategy", strategy, "--mbs", str(mbs), "--seq", "16", "--steps", "1",
+            "--synthetic-vocab", "997", "--metrics", path] + extra
+    if rpn:
+        args += ["--ranks-per-node", str(rpn)]
+    rc, _, _ = t.run(n, args, check=True)
+    if rc != 0:
+        return None
+    _, summary = t.metrics(path)
+    return summary
+
+
+for i, (n, strategy, rpn, model, mbs, extra) in enumerate(CASES):
+    name = "%d ranks %s %s mbs %d %s" % (n, strategy, os.path.basename(model), mbs, " ".join(extra))
+    p = plan(n, strategy, rpn, model, mbs, extra)
+    s = measured(n, strategy, rpn, model, mbs, extra, str(i))
+    if not p or not s:
+        continue
+    b = p["bytes"]
+    t.check(sum(b[k] for k in PARTS) == b["reserved"], "%s: the plan's parts add up to its %d bytes" % (name, b["reserved"]))
+    t.check(s["max_reserved_bytes"] == b["reserved"],
+            "%s: plan %d bytes == CPU backend's max_reserved_bytes %d" % (name, b["reserved"], s["max_reserved_bytes"]))
+    t.check(s["plan_reserved_bytes"] == b["reserved"], "%s: the run's own plan says the same" % name)
+    bigger = plan(n, strategy, rpn, model, mbs + 1, extra)
+    if bigger:
+        t.check(bigger["bytes"]["reserved"] != s["max_reserved_bytes"],
+                "%s: the plan one micro-batch larger (%d bytes) differs from the measurement" % (name, bigger["bytes"]["reserved"]))
+
+# On one rank every strategy is the same computation and the same memory.
+one = [plan(1, s, 0, UNTIED, 2, [])["bytes"]["reserved"] for s in ("FULL", "SHARD_GRAD_OP", "NO_SHARD")]
+t.check(len(set(one)) == 1, "one rank: FULL, SHARD_GRAD_OP and NO_SHARD plan the same %s bytes" % one)
+# Sharding does save memory: FULL on 4 ranks plans less per rank than NO_SHARD (the comparison is not trivial).
+full4 = plan(4, "FULL", 0, UNTIED, 2, [])["bytes"]["reserved"]
+noshard4 = plan(4, "NO_SHARD", 0, UNTIED, 2, [])["bytes"]["reserved"]
+t.check(full4 < noshard4, "4 ranks: FULL plans %d bytes per rank, NO_SHARD %d" % (full4, noshard4))
+
+# A GPU plan of a real model: the course's breakdown in GiB, and the largest micro-batch.
+rc, out, err = t.run(1, ["plan", "--model", "llama-3.2-1b", "--mbs", "auto", "--gpu-mem", "80", "--json"], check=False)
+if rc == 0:
+    g = json.loads(out)
+    t.check(g["mbs_auto"] and g["fits"] and g["next_mbs"] == g["mbs"] + 1 and g["next_mbs_total_gib"] > 80.0
+            and g["total_gib"] <= 80.0,
+            "llama-3.2-1b on an 80 GiB GPU: --mbs auto plans %d (%.2f GiB), %d would need %.2f" %
+            (g["mbs"], g["total_gib"], g["next_mbs"], g["next_mbs_total_gib"]))
+    pad = g["bytes"]["master_weights"] - 4 * g["parameters"]
+    t.check(0 <= pad < 1 << 20 and g["bytes"]["optimizer_states"] == 2 * g["bytes"]["master_weights"]
+            and g["bytes"]["working_copy"] == g["bytes"]["master_weights"] // 2,
+            "one GPU, fp32 master: 4 bytes per parameter (+%d bytes of padding), Adam twice that, a bf16 working copy" % pad)
+else:
+    t.fail("plan of llama-3.2-1b failed: %s" % err[-300:])
+rc, out, _ = t.run(1, ["plan", "--model", "llama-3.2-1b", "--mbs", "8"], check=False)
+t.check(rc == 0 and "optimizer states: Adam m, v (fp32)" in out and "activations" in out and "workspace" in out,
+        "the table names the lecture's parts")
+
+
+def one_line_error(args, status, needles, what):
+    rc, out, err = t.run(1, args, check=False)
+    lines = [l for l in err.splitlines() if l.startswith("fsdp:")]
+    t.check(rc == status and len(lines) == 1 and all(x in lines[0] for x in needles),
+            "%s -> exit %d, %r" % (what, rc, lines[0] if lines else err[-200:]))
+
+
+one_line_error(["plan", "--model", "tiny-llama", "--recompute", "full"], 2, ["--recompute full", "not yet available"],
+               "--recompute full refused")
+one_line_error(["plan", "--model", "tiny-llama", "--gpus", "4", "--nodes", "3"], 2, ["--nodes 3"], "nodes not dividing")
+one_line_error(["plan", "--gpus", "2"], 2, ["--model"], "no --model")
+one_line_error(["plan", "--model", "tiny-llama", "--gpus", "2", "--mbs", "3", "--global-batch", "8"], 2,
+               ["--global-batch 8", "--mbs 3"], "--global-batch not a multiple")
+if not t.has_cuda_backend():
+    one_line_error(["plan", "--model", "tiny-llama", "--mbs", "auto"], 2, ["--gpu-mem", "64"],
+                   "--mbs auto without a GPU asks for --gpu-mem")
+
+# --mbs auto: the largest micro-batch whose plan fits; one more does not.
+small = plan(2, "FULL", 0, UNTIED, 5, [])["bytes"]["reserved"]
+larger = plan(2, "FULL", 0, UNTIED, 6, [])["bytes"]["reserved"]
+limit = (small + larger) / 2 / 2 ** 30
+auto = plan(2, "FULL", 0, UNTIED, "auto", [], ["--gpu-mem", "%.12f" % limit])
+t.check(auto["mbs"] == 5 and auto["fits"] and auto["next_mbs"] == 6,
+        "--mbs auto under %.6f GiB between the plans of 5 and 6 picks %s" % (limit, auto["mbs"]))
+t.finish()
