@@ -106,10 +106,15 @@ FSDP_HD_INLINE fsdp_philox4 fsdp_dropout_draw(const fsdp_dropout *d, int64_t sam
                               (uint32_t)(d->seed >> 32));
 }
 
+/* Word i (0..3) of r by selects, not by indexing (a run-time index would put r in GPU local memory). */
+FSDP_HD_INLINE uint32_t fsdp_philox_word(fsdp_philox4 r, int i) {
+    return i & 2 ? (i & 1 ? r.w[3] : r.w[2]) : (i & 1 ? r.w[1] : r.w[0]);
+}
+
 /* Residual sites: element c of row n of an [N, C] tensor of rows of T positions. */
 FSDP_HD_INLINE int fsdp_dropout_keep_row(const fsdp_dropout *d, int64_t n, int T, int C, int c) {
     const uint64_t e = (uint64_t)(n % T) * (uint64_t)C + (uint64_t)c;
-    return fsdp_dropout_draw(d, d->sample_base + n / T, e >> 2).w[e & 3] >= d->threshold;
+    return fsdp_philox_word(fsdp_dropout_draw(d, d->sample_base + n / T, e >> 2), (int)(e & 3)) >= d->threshold;
 }
 
 /* Attention probabilities: group and word of P[h, i, j] inside its sample (see the header). */
@@ -121,8 +126,8 @@ FSDP_HD_INLINE uint64_t fsdp_dropout_probs_group(int h, int i, int j, int T) {
 FSDP_HD_INLINE int fsdp_dropout_probs_word(int i, int j) { return (((i >> 3) & 1) << 1) | ((j >> 3) & 1); }
 
 FSDP_HD_INLINE int fsdp_dropout_keep_probs(const fsdp_dropout *d, int b, int h, int i, int j, int T) {
-    return fsdp_dropout_draw(d, d->sample_base + b, fsdp_dropout_probs_group(h, i, j, T))
-               .w[fsdp_dropout_probs_word(i, j)] >= d->threshold;
+    return fsdp_philox_word(fsdp_dropout_draw(d, d->sample_base + b, fsdp_dropout_probs_group(h, i, j, T)),
+                            fsdp_dropout_probs_word(i, j)) >= d->threshold;
 }
 
 #endif

@@ -362,6 +362,55 @@ static void test_attention_exact_cases(void) {
     free(qkv), free(dout);
 }
 
+/* The mask probes of tests/unit/test_gpu_attention.c rest on this: with V one-hot (v_j = e_j) the
+ * output out[t, h, j] is 0 exactly where P[h, t, j] is dropped; with dout one-hot (dout[t, h] = e_t)
+ * and one query head per kv head, dV[j, h, t] is; with K one-hot and out = 0, dQ[t, h, j] is. */
+static void test_attention_probes(void) {
+    const int B = 2, T = 21, Hq = 2, Hkv = 2, D = 24; /* T <= D */
+    const size_t W = (size_t)(Hq + 2 * Hkv) * D, nq = (size_t)B * T * W, no = (size_t)B * T * Hq * D;
+    const size_t nl = (size_t)B * Hq * T;
+    fsdp_dropout d = fsdp_dropout_make(0.3, 8, 70, 1, FSDP_DROPOUT_ATTN_PROBS);
+    float *qkv = rand_f(nq, 1.5f), *dout = rand_f(no, 1.0f), *out = alloc_f(no), *lse = alloc_f(nl);
+    float *g = alloc_f(nq), *onehot = alloc_f(no), *zero = alloc_f(no);
+    memset(zero, 0, no * sizeof(float));
+    for (int bt = 0; bt < B * T; bt++)
+        for (int k = 0; k < Hkv; k++)
+            for (int i = 0; i < D; i++) qkv[(size_t)bt * W + (size_t)(Hq + Hkv + k) * D + i] = i == bt % T;
+    for (int bt = 0; bt < B * T; bt++)
+        for (int h = 0; h < Hq; h++)
+            for (int i = 0; i < D; i++) onehot[((size_t)bt * Hq + h) * D + i] = i == bt % T;
+    long bad[3] = {0, 0, 0}, dropped = 0;
+    cpu_attention_forward(out, lse, NULL, qkv, B, T, Hq, Hkv, D, &d);
+    cpu_attention_backward(g, onehot, qkv, out, lse, NULL, B, T, Hq, Hkv, D, &d);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++)
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j <= t; j++) {
+                    int drop = !fsdp_dropout_keep_probs(&d, b, h, t, j, T);
+                    dropped += drop;
+                    bad[0] += (out[((size_t)(b * T + t) * Hq + h) * D + j] == 0.0f) != drop;
+                    bad[1] += (g[(size_t)(b * T + j) * W + (size_t)(Hq + Hkv + h) * D + t] == 0.0f) != drop;
+                }
+    for (int bt = 0; bt < B * T; bt++) /* K one-hot, V random again */
+        for (int k = 0; k < Hkv; k++)
+            for (int i = 0; i < D; i++) {
+                qkv[(size_t)bt * W + (size_t)(Hq + k) * D + i] = i == bt % T;
+                qkv[(size_t)bt * W + (size_t)(Hq + Hkv + k) * D + i] = rnd_sym(1.5f);
+            }
+    cpu_attention_forward(out, lse, NULL, qkv, B, T, Hq, Hkv, D, &d);
+    cpu_attention_backward(g, dout, qkv, zero, lse, NULL, B, T, Hq, Hkv, D, &d);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++)
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j <= t; j++)
+                    bad[2] += (g[(size_t)(b * T + t) * W + (size_t)h * D + j] == 0.0f) !=
+                              !fsdp_dropout_keep_probs(&d, b, h, t, j, T);
+    check(!bad[0] && !bad[1] && !bad[2] && dropped > 0,
+          "%-40s zeros == dropped: out %ld, dV %ld, dQ %ld mismatches (%ld dropped)", "attention mask probes", bad[0],
+          bad[1], bad[2], dropped);
+    free(qkv), free(dout), free(out), free(lse), free(g), free(onehot), free(zero);
+}
+
 /* ---- determinism across thread counts ------------------------------------------------------------ */
 
 static void test_threads(void) {
@@ -400,6 +449,7 @@ int main(void) {
     test_attention_dropout(1, 20, 2, 1, 4, 0.4);  /* MQA, two 16 x 16 tiles per side */
     test_attention_dropout(1, 6, 2, 2, 5, 0.1);   /* MHA, odd head dim */
     test_attention_exact_cases();
+    test_attention_probes();
     test_threads();
     if (g_failures) {
         printf("%d check(s) FAILED\n", g_failures);
