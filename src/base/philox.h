@@ -40,8 +40,8 @@ FSDP_HD_INLINE uint32_t fsdp_philox_mulhi(uint32_t a, uint32_t b) {
 }
 
 /* Philox-4x32 with 10 rounds on counter (c0, c1, c2, c3) and key (k0, k1). */
-FSDP_HD_INLINE fsdp_philox4 fsdp_philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
-                                                      uint32_t k0, uint32_t k1) {
+FSDP_HD_INLINE fsdp_philox4 fsdp_philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                                              uint32_t k1) {
     const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u; /* round multipliers */
     const uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u; /* Weyl key increments */
 #ifdef __CUDA_ARCH__
