@@ -5,6 +5,9 @@
  * does 7 products, not 5). Each figure is the median of 20 timed runs (CUDA events) after 3
  * warm-up runs, on random inputs. Not a test: no pass/fail; exits 0 without a GPU.
  *
+ * `attention_bench --dropout P` also times every shape with attention-probability dropout at rate P
+ * (the DROP variants of the kernels) and prints its time relative to the plain kernels.
+ *
  * Build: gcc -std=c11 -O2 -Isrc -I/usr/local/cuda/include bench/attention_bench.c <libfsdp_core.a and
  * its dependencies> -L/usr/local/cuda/lib64 -lcudart */
 #include <cuda_runtime.h>
@@ -61,14 +64,15 @@ typedef struct {
     void *out, *dout, *qkv, *dqkv;
     float *lse, *scratch;
     int B, T, Hq, Hkv, D;
+    const fsdp_dropout *drop; /* NULL: no dropout */
 } shape;
 
 static void run_fwd(const shape *s) {
-    fsdp_cuda_flash_forward(s->out, s->lse, s->qkv, s->B, s->T, s->Hq, s->Hkv, s->D, FSDP_BF16, 0);
+    fsdp_cuda_flash_forward(s->out, s->lse, s->qkv, s->B, s->T, s->Hq, s->Hkv, s->D, s->drop, FSDP_BF16, 0);
 }
 static void run_bwd(const shape *s) {
-    fsdp_cuda_flash_backward(s->dqkv, s->dout, s->qkv, s->out, s->lse, s->B, s->T, s->Hq, s->Hkv, s->D, FSDP_BF16,
-                             s->scratch, 0);
+    fsdp_cuda_flash_backward(s->dqkv, s->dout, s->qkv, s->out, s->lse, s->B, s->T, s->Hq, s->Hkv, s->D, s->drop,
+                             FSDP_BF16, s->scratch, 0);
 }
 
 /* Median milliseconds of REPS runs of fn. */
@@ -93,7 +97,7 @@ static float time_ms(void (*fn)(const shape *), const shape *s) {
     return 0.5f * (ms[REPS / 2 - 1] + ms[REPS / 2]);
 }
 
-static void bench(int B, int T, int Hq, int Hkv, int D) {
+static void bench(int B, int T, int Hq, int Hkv, int D, double p) {
     shape s = {0};
     s.B = B, s.T = T, s.Hq = Hq, s.Hkv = Hkv, s.D = D;
     const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, no = (size_t)B * T * Hq * D;
@@ -109,6 +113,14 @@ static void bench(int B, int T, int Hq, int Hkv, int D) {
     const float bwd_ms = time_ms(run_bwd, &s);
     printf("B=%-3d T=%-5d Hq=%-3d Hkv=%-3d D=%-4d  fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s\n", B, T,
            Hq, Hkv, D, fwd_ms, fwd_flop / (fwd_ms * 1e-3) / 1e12, bwd_ms, bwd_flop / (bwd_ms * 1e-3) / 1e12);
+    if (p > 0.0) {
+        const fsdp_dropout drop = fsdp_dropout_make(p, 1234, 0, 0, FSDP_DROPOUT_ATTN_PROBS);
+        s.drop = &drop;
+        const float dfwd_ms = time_ms(run_fwd, &s), dbwd_ms = time_ms(run_bwd, &s);
+        s.drop = NULL;
+        printf("  with dropout %.2f:                       fwd %8.3f ms (x%.3f)             bwd %8.3f ms (x%.3f)\n", p,
+               dfwd_ms, dfwd_ms / fwd_ms, dbwd_ms, dbwd_ms / bwd_ms);
+    }
     fflush(stdout);
 
     CK(cudaFree(s.qkv));
@@ -119,7 +131,13 @@ static void bench(int B, int T, int Hq, int Hkv, int D) {
     CK(cudaFree(s.scratch));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    double p = 0.0;
+    if (argc == 3 && strcmp(argv[1], "--dropout") == 0) p = atof(argv[2]);
+    if ((argc != 1 && argc != 3) || !fsdp_dropout_rate_ok(p)) {
+        fprintf(stderr, "usage: attention_bench [--dropout P]   (0 <= P < 1)\n");
+        return 2;
+    }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("attention_bench: no GPU, nothing to time\n");
@@ -128,8 +146,8 @@ int main(void) {
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("attention_bench on %s (%d SMs); causal, bf16, flash path\n", prop.name, prop.multiProcessorCount);
-    bench(8, 2048, 32, 8, 64);
-    bench(32, 1024, 32, 8, 64);
-    bench(4, 2048, 32, 32, 128);
+    bench(8, 2048, 32, 8, 64, p);
+    bench(32, 1024, 32, 8, 64, p);
+    bench(4, 2048, 32, 32, 128, p);
     return 0;
 }

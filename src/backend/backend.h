@@ -20,6 +20,13 @@
  *  - On the CPU, a bf16 tensor is stored as fp32 values rounded to bf16 (dtype_size(BF16) == 4), so
  *    that bf16 training is emulated with the same code. On the GPU it is real bf16.
  *  - Linear layers follow PyTorch: weight[out_features, in_features], y = x W^T + b.
+ *  - Dropout (the *_dropout ops) takes a `const fsdp_dropout *` made by fsdp_dropout_make
+ *    (src/kernels/dropout.h) for one site of one layer and one micro-batch. Masks are a pure
+ *    function of (seed, global sample index, layer, site, position in the sample's tensor): row n
+ *    of an [N, C] tensor is position n % T of sample drop->sample_base + n / T, and batch row b of
+ *    the attention probabilities is sample drop->sample_base + b. Backward ops regenerate the
+ *    forward's mask from the same descriptor. NULL, or a rate of 0, draws nothing: the op is then
+ *    exactly its dropout-free form.
  */
 #ifndef FSDP_BACKEND_BACKEND_H
 #define FSDP_BACKEND_BACKEND_H
@@ -30,6 +37,7 @@
 
 #include "../base/dtype.h"
 #include "../base/error.h"
+#include "../kernels/dropout.h"
 #include "../kernels/op_args.h"
 #include "sizes.h"
 
@@ -226,6 +234,46 @@ struct fsdp_backend {
     void (*attention_backward)(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
                                const void *qkv, const void *out, const float *lse, const void *probs,
                                int B, int T, int Hq, int Hkv, int D);
+
+    /* attention_forward / attention_backward with dropout on the probabilities before P V:
+     * out = (keep . P) V / (1 - p). lse and EAGER's probs are those of the undropped softmax; the
+     * backward regenerates the mask (dqkv overwritten). */
+    void (*attention_dropout_forward)(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                      const void *qkv, int B, int T, int Hq, int Hkv, int D,
+                                      const fsdp_dropout *drop);
+    void (*attention_dropout_backward)(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
+                                       const void *qkv, const void *out, const float *lse, const void *probs, int B,
+                                       int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
+
+    /* ---- residual dropout (transformers' dropout on a block's output before the residual add) ---- */
+    /* out[N,C] = residual + keep . x / (1 - p); out may alias residual or x. */
+    void (*residual_dropout_forward)(fsdp_backend *be, void *out, const void *residual, const void *x, int N, int T,
+                                     int C, const fsdp_dropout *drop);
+    /* dx[N,C] = keep . dout / (1 - p), overwritten; dx may alias dout. */
+    void (*dropout_backward)(fsdp_backend *be, void *dx, const void *dout, int N, int T, int C,
+                             const fsdp_dropout *drop);
+    /* The residual dropout fused with the norm that follows it, in one pass over [N, C]:
+     * res_out = residual + keep . x / (1 - p) (stored in the act dtype; may alias residual), then
+     * out = norm(res_out) with its statistics saved, exactly as rmsnorm_forward / layernorm_forward
+     * of the stored res_out. After an attention block the norm is the same layer's post-attention
+     * norm; after an MLP, the next layer's input norm or the final norm. */
+    void (*rmsnorm_dropout_forward)(fsdp_backend *be, void *res_out, void *out, float *rstd, const void *residual,
+                                    const void *x, const void *weight, int N, int T, int C, float eps,
+                                    const fsdp_dropout *drop);
+    void (*layernorm_dropout_forward)(fsdp_backend *be, void *res_out, void *out, float *mean, float *rstd,
+                                      const void *residual, const void *x, const void *weight, const void *bias,
+                                      int N, int T, int C, float eps, const fsdp_dropout *drop);
+    /* The norm's backward (dinp +=, dweight +=, dbias += as rmsnorm_backward / layernorm_backward)
+     * fused with the dropout backward of the residual branch that fed the norm's input: after
+     * dinp is complete (it is the residual-stream gradient), dx = keep . dinp / (1 - p) is written
+     * (overwritten; the gradient of that branch's output, which its projection's backward reads).
+     * dx must not alias dinp or dout. */
+    void (*rmsnorm_dropout_backward)(fsdp_backend *be, void *dinp, void *dx, void *dweight, const void *dout,
+                                     const void *inp, const void *weight, const float *rstd, int N, int T, int C,
+                                     const fsdp_dropout *drop);
+    void (*layernorm_dropout_backward)(fsdp_backend *be, void *dinp, void *dx, void *dweight, void *dbias,
+                                       const void *dout, const void *inp, const void *weight, const float *mean,
+                                       const float *rstd, int N, int T, int C, const fsdp_dropout *drop);
 
     /* gateup[N, 2F] = [gate | up] per row; out[N,F] = silu(gate) * up. */
     void (*swiglu_forward)(fsdp_backend *be, void *out, const void *gateup, int N, int F);

@@ -528,20 +528,77 @@ static void cpu_rope_backward_op(fsdp_backend *be, void *dqkv, const float *cs, 
     round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
 }
 
-static void cpu_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                     const void *qkv, int B, int T, int Hq, int Hkv, int D) {
+static void cpu_attention_dropout_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                             const void *qkv, int B, int T, int Hq, int Hkv, int D,
+                                             const fsdp_dropout *drop) {
     progress(be);
-    cpu_attention_forward(out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, qkv, B, T, Hq, Hkv, D);
+    cpu_attention_forward(out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, qkv, B, T, Hq, Hkv, D, drop);
     round_if(ACT(be), out, (size_t)B * T * Hq * D);
     if (mode == FSDP_ATTN_EAGER && probs) round_if(ACT(be), probs, (size_t)B * Hq * T * T);
+}
+
+static void cpu_attention_dropout_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
+                                              const void *qkv, const void *out, const float *lse, const void *probs,
+                                              int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
+    progress(be);
+    cpu_attention_backward(dqkv, dout, qkv, out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, B, T, Hq, Hkv, D,
+                           drop);
+    round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
+}
+
+static void cpu_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                     const void *qkv, int B, int T, int Hq, int Hkv, int D) {
+    cpu_attention_dropout_forward_op(be, mode, out, lse, probs, qkv, B, T, Hq, Hkv, D, NULL);
 }
 
 static void cpu_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const float *lse, const void *probs, int B,
                                       int T, int Hq, int Hkv, int D) {
+    cpu_attention_dropout_backward_op(be, mode, dqkv, dout, qkv, out, lse, probs, B, T, Hq, Hkv, D, NULL);
+}
+
+/* The fused residual-dropout ops are defined as their parts in sequence, each output rounded to
+ * the act dtype where it is stored: what the CUDA kernels compute in one pass. */
+static void cpu_residual_dropout_forward_op(fsdp_backend *be, void *out, const void *residual, const void *x, int N,
+                                            int T, int C, const fsdp_dropout *drop) {
     progress(be);
-    cpu_attention_backward(dqkv, dout, qkv, out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, B, T, Hq, Hkv, D);
-    round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
+    cpu_residual_dropout_forward(out, residual, x, N, T, C, drop);
+    round_if(ACT(be), out, (size_t)N * C);
+}
+
+static void cpu_dropout_backward_op(fsdp_backend *be, void *dx, const void *dout, int N, int T, int C,
+                                    const fsdp_dropout *drop) {
+    progress(be);
+    cpu_dropout_backward(dx, dout, N, T, C, drop);
+    round_if(ACT(be), dx, (size_t)N * C);
+}
+
+static void cpu_rmsnorm_dropout_forward_op(fsdp_backend *be, void *res_out, void *out, float *rstd,
+                                           const void *residual, const void *x, const void *w, int N, int T, int C,
+                                           float eps, const fsdp_dropout *drop) {
+    cpu_residual_dropout_forward_op(be, res_out, residual, x, N, T, C, drop);
+    cpu_rmsnorm_forward_op(be, out, rstd, res_out, w, N, C, eps);
+}
+
+static void cpu_layernorm_dropout_forward_op(fsdp_backend *be, void *res_out, void *out, float *mean, float *rstd,
+                                             const void *residual, const void *x, const void *w, const void *b, int N,
+                                             int T, int C, float eps, const fsdp_dropout *drop) {
+    cpu_residual_dropout_forward_op(be, res_out, residual, x, N, T, C, drop);
+    cpu_layernorm_forward_op(be, out, mean, rstd, res_out, w, b, N, C, eps);
+}
+
+static void cpu_rmsnorm_dropout_backward_op(fsdp_backend *be, void *dinp, void *dx, void *dw, const void *dout,
+                                            const void *inp, const void *w, const float *rstd, int N, int T, int C,
+                                            const fsdp_dropout *drop) {
+    cpu_rmsnorm_backward_op(be, dinp, dw, dout, inp, w, rstd, N, C);
+    cpu_dropout_backward_op(be, dx, dinp, N, T, C, drop);
+}
+
+static void cpu_layernorm_dropout_backward_op(fsdp_backend *be, void *dinp, void *dx, void *dw, void *db,
+                                              const void *dout, const void *inp, const void *w, const float *mean,
+                                              const float *rstd, int N, int T, int C, const fsdp_dropout *drop) {
+    cpu_layernorm_backward_op(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    cpu_dropout_backward_op(be, dx, dinp, N, T, C, drop);
 }
 
 static void cpu_swiglu_forward_op(fsdp_backend *be, void *out, const void *gateup, int N, int F) {
@@ -635,6 +692,14 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->rope_backward = cpu_rope_backward_op;
     be->attention_forward = cpu_attention_forward_op;
     be->attention_backward = cpu_attention_backward_op;
+    be->attention_dropout_forward = cpu_attention_dropout_forward_op;
+    be->attention_dropout_backward = cpu_attention_dropout_backward_op;
+    be->residual_dropout_forward = cpu_residual_dropout_forward_op;
+    be->dropout_backward = cpu_dropout_backward_op;
+    be->rmsnorm_dropout_forward = cpu_rmsnorm_dropout_forward_op;
+    be->layernorm_dropout_forward = cpu_layernorm_dropout_forward_op;
+    be->rmsnorm_dropout_backward = cpu_rmsnorm_dropout_backward_op;
+    be->layernorm_dropout_backward = cpu_layernorm_dropout_backward_op;
     be->swiglu_forward = cpu_swiglu_forward_op;
     be->swiglu_backward = cpu_swiglu_backward_op;
     be->cross_entropy = cpu_cross_entropy_op;

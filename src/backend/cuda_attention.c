@@ -4,7 +4,11 @@
  *
  * The batched GEMMs run once per (sequence, position inside the query-head group), each batching
  * over the kv heads, so grouped-query heads need no copies: query head j*g+i reads kv head j. All
- * matrices are addressed in the column-major convention of cuBLAS. */
+ * matrices are addressed in the column-major convention of cuBLAS.
+ *
+ * Eager dropout: the softmax kernel writes the undropped probabilities to probs (saved for the
+ * backward) and the dropped ones to scratch, which P V reads; the backward's softmax kernel turns
+ * dP into dS in place and rewrites the dropped probabilities beside it for dV. */
 #include <math.h>
 
 #include "../kernels/ops_cuda.h"
@@ -12,11 +16,12 @@
 
 static size_t esize(fsdp_backend *be) { return be->act_dtype == FSDP_BF16 ? 2 : 4; }
 
-void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                    const void *qkv, int B, int T, int Hq, int Hkv, int D) {
+void fsdp_cuda_attention_dropout_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                            const void *qkv, int B, int T, int Hq, int Hkv, int D,
+                                            const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
     if (mode == FSDP_ATTN_FLASH || !probs) {
-        fsdp_cuda_flash_forward(out, lse, qkv, B, T, Hq, Hkv, D, be->act_dtype, s);
+        fsdp_cuda_flash_forward(out, lse, qkv, B, T, Hq, Hkv, D, drop, be->act_dtype, s);
         return;
     }
     size_t es = esize(be);
@@ -33,13 +38,21 @@ void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out,
                                            g * TT, Hkv, be->act_dtype, s);
         }
     }
-    fsdp_cuda_causal_softmax_forward(probs, lse, probs, B * Hq, T, 1.0f / sqrtf((float)D), be->act_dtype, s);
+    const void *pv = probs; /* the probabilities P V multiplies */
+    if (fsdp_dropout_active(drop)) {
+        void *dropped = fsdp_cuda_scratch(be, (size_t)B * Hq * TT * es);
+        fsdp_cuda_causal_softmax_dropout_forward(probs, dropped, lse, probs, B, Hq, T, 1.0f / sqrtf((float)D), drop,
+                                                 be->act_dtype, s);
+        pv = dropped;
+    } else {
+        fsdp_cuda_causal_softmax_forward(probs, lse, probs, B * Hq, T, 1.0f / sqrtf((float)D), be->act_dtype, s);
+    }
     for (int b = 0; b < B; b++) {
         const char *seq = base + (size_t)b * T * rs * es;
         for (int i = 0; i < g; i++) {
             /* out_h^T[D, T_q] = V_j^T[D, T_k] x P_h^T[T_k, T_q] */
             const void *V = seq + (size_t)(Hq + Hkv) * D * es;
-            const void *P = (const char *)probs + (size_t)((long long)b * Hq + i) * TT * es;
+            const void *P = (const char *)pv + (size_t)((long long)b * Hq + i) * TT * es;
             void *O = (char *)out + ((size_t)b * T * os + (size_t)i * D) * es;
             fsdp_cuda_gemm_strided_batched(be, 0, 0, D, T, T, V, rs, D, P, T, g * TT, 0.0f, O, os, (long long)g * D,
                                            Hkv, be->act_dtype, s);
@@ -47,19 +60,20 @@ void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out,
     }
 }
 
-void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
-                                     const void *qkv, const void *out, const float *lse, const void *probs, int B,
-                                     int T, int Hq, int Hkv, int D) {
+void fsdp_cuda_attention_dropout_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
+                                             const void *qkv, const void *out, const float *lse, const void *probs,
+                                             int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
     if (mode == FSDP_ATTN_FLASH || !probs) {
         float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D));
-        fsdp_cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, be->act_dtype, scratch, s);
+        fsdp_cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, drop, be->act_dtype, scratch, s);
         return;
     }
     size_t es = esize(be);
     int g = Hq / Hkv, rs = (Hq + 2 * Hkv) * D, os = Hq * D;
     long long TT = (long long)T * T;
-    void *dP = fsdp_cuda_scratch(be, fsdp_cuda_eager_backward_scratch(B, T, Hq, es));
+    const int dropping = fsdp_dropout_active(drop);
+    void *dP = fsdp_cuda_scratch(be, fsdp_cuda_eager_backward_scratch(B, T, Hq, es, dropping));
     for (int b = 0; b < B; b++) {
         const char *seq = (const char *)qkv + (size_t)b * T * rs * es;
         for (int i = 0; i < g; i++) {
@@ -71,7 +85,15 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
                                            Hkv, be->act_dtype, s);
         }
     }
-    fsdp_cuda_causal_softmax_backward(dP, dP, probs, B * Hq, T, 1.0f / sqrtf((float)D), be->act_dtype, s);
+    const void *pv = probs; /* the probabilities of dV = P^T dO */
+    if (dropping) {
+        void *dropped = (char *)dP + (size_t)B * Hq * TT * es;
+        fsdp_cuda_causal_softmax_dropout_backward(dP, dropped, dP, probs, B, Hq, T, 1.0f / sqrtf((float)D), drop,
+                                                  be->act_dtype, s);
+        pv = dropped;
+    } else {
+        fsdp_cuda_causal_softmax_backward(dP, dP, probs, B * Hq, T, 1.0f / sqrtf((float)D), be->act_dtype, s);
+    }
     for (int b = 0; b < B; b++) {
         const char *seq = (const char *)qkv + (size_t)b * T * rs * es;
         char *dseq = (char *)dqkv + (size_t)b * T * rs * es;
@@ -79,7 +101,7 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
             const void *Q = seq + (size_t)i * D * es, *K = seq + (size_t)Hq * D * es;
             const void *dO = (const char *)dout + ((size_t)b * T * os + (size_t)i * D) * es;
             const void *dS = (const char *)dP + (size_t)((long long)b * Hq + i) * TT * es;
-            const void *P = (const char *)probs + (size_t)((long long)b * Hq + i) * TT * es;
+            const void *P = (const char *)pv + (size_t)((long long)b * Hq + i) * TT * es;
             void *dQ = dseq + (size_t)i * D * es, *dK = dseq + (size_t)Hq * D * es;
             void *dV = dseq + (size_t)(Hq + Hkv) * D * es;
             float acc = i > 0 ? 1.0f : 0.0f; /* kv gradients sum over the heads of their group */

@@ -41,6 +41,7 @@ typedef struct {
     int widest_bias;     /* widest bias gradient (output features), 0 when no layer has biases */
     int batch, seq, q_heads, kv_heads, head_dim;
     fsdp_attn attn;
+    int attn_dropout;    /* attention probabilities are dropped (eager keeps a second T x T buffer) */
     fsdp_dtype act_dtype;
     int64_t longest_sum; /* elements of the longest sum / sum of squares (the gradient shards) */
 } fsdp_op_extent;

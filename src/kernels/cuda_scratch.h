@@ -57,9 +57,10 @@ static inline size_t fsdp_cuda_flash_backward_scratch(int B, int T, int Hq, int 
 }
 
 /* Eager attention backward: the gradient of the probabilities, dP[B, Hq, T, T] in the activation
- * dtype (esize bytes per element). */
-static inline size_t fsdp_cuda_eager_backward_scratch(int B, int T, int Hq, size_t esize) {
-    return (size_t)B * (size_t)Hq * (size_t)T * (size_t)T * esize;
+ * dtype (esize bytes per element), and with attention dropout a second such buffer for the dropped
+ * probabilities that dV is computed from. */
+static inline size_t fsdp_cuda_eager_backward_scratch(int B, int T, int Hq, size_t esize, int dropping) {
+    return (size_t)B * (size_t)Hq * (size_t)T * (size_t)T * esize * (dropping ? 2 : 1);
 }
 
 #ifdef __cplusplus

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dropout.h"
 #include "op_args.h"
 
 void cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int pos_offset,
@@ -45,12 +46,23 @@ void cpu_relu_backward(float *d, const float *out, size_t n);
 void cpu_rope_forward(float *qkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D);
 void cpu_rope_backward(float *dqkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D);
 
-/* probs may be NULL (flash semantics: nothing T x T is kept). */
+/* probs may be NULL (flash semantics: nothing T x T is kept). With dropout (drop active), out =
+ * (keep . P) V / (1 - p) with the mask of src/kernels/dropout.h (row b is sample
+ * drop->sample_base + b); lse and probs stay those of the undropped softmax. drop may be NULL. */
 void cpu_attention_forward(float *out, float *lse, float *probs, const float *qkv, int B, int T, int Hq, int Hkv,
-                           int D);
-/* When probs is NULL they are recomputed from qkv and lse. */
+                           int D, const fsdp_dropout *drop);
+/* When probs is NULL they are recomputed from qkv and lse. The mask is regenerated from drop,
+ * which must be the forward's. */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                            const float *probs, int B, int T, int Hq, int Hkv, int D);
+                            const float *probs, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
+
+/* Residual dropout on [N, C] tensors whose row n is position n % T of sample drop->sample_base +
+ * n / T: out = residual + keep . x / (1 - p) (out may alias residual or x), and its backward
+ * dx = keep . dout / (1 - p) (dx may alias dout). drop NULL or inactive: no mask (out = residual +
+ * x, dx = dout). */
+void cpu_residual_dropout_forward(float *out, const float *residual, const float *x, int N, int T, int C,
+                                  const fsdp_dropout *drop);
+void cpu_dropout_backward(float *dx, const float *dout, int N, int T, int C, const fsdp_dropout *drop);
 
 void cpu_swiglu_forward(float *out, const float *gateup, int N, int F);
 void cpu_swiglu_backward(float *dgateup, const float *dout, const float *gateup, int N, int F);

@@ -19,6 +19,7 @@
 
 #include "../base/dtype.h"
 #include "cuda_scratch.h"
+#include "dropout.h"
 #include "op_args.h"
 
 #ifdef __cplusplus
@@ -79,14 +80,41 @@ void fsdp_cuda_sum_squares(float *out, const void *x, fsdp_dtype t, size_t n, fl
 void fsdp_cuda_sum(float *out, const float *x, size_t n, float *scratch, cudaStream_t s);
 void fsdp_cuda_clip_scale(float *scale, const float *sumsq, float max_norm, cudaStream_t s);
 
+/* ---- residual dropout (dropout.cu; fused with the norms in rmsnorm.cu, layernorm.cu) ---- */
+/* [N, C] tensors whose row n is position n % T of sample drop->sample_base + n / T (masks of
+ * src/kernels/dropout.h). drop NULL or inactive: no mask. */
+void fsdp_cuda_residual_dropout_forward(void *out, const void *residual, const void *x, int N, int T, int C,
+                                        const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_dropout_backward(void *dx, const void *dout, int N, int T, int C, const fsdp_dropout *drop,
+                                fsdp_dtype act, cudaStream_t s);
+/* res_out = residual + keep . x / (1 - p), then the norm of the stored res_out (as the plain
+ * forward of res_out); the backward adds into dinp as the plain one and then writes
+ * dx = keep . dinp / (1 - p). */
+void fsdp_cuda_rmsnorm_dropout_forward(void *res_out, void *out, float *rstd, const void *residual, const void *x,
+                                       const void *weight, int N, int T, int C, float eps, const fsdp_dropout *drop,
+                                       fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_layernorm_dropout_forward(void *res_out, void *out, float *mean, float *rstd, const void *residual,
+                                         const void *x, const void *weight, const void *bias, int N, int T, int C,
+                                         float eps, const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_rmsnorm_dropout_backward(void *dinp, void *dx, void *dweight, const void *dout, const void *inp,
+                                        const void *weight, const float *rstd, int N, int T, int C,
+                                        const fsdp_dropout *drop, fsdp_dtype act, fsdp_dtype grad, float *scratch,
+                                        cudaStream_t s);
+void fsdp_cuda_layernorm_dropout_backward(void *dinp, void *dx, void *dweight, void *dbias, const void *dout,
+                                          const void *inp, const void *weight, const float *mean, const float *rstd,
+                                          int N, int T, int C, const fsdp_dropout *drop, fsdp_dtype act,
+                                          fsdp_dtype grad, float *scratch, cudaStream_t s);
+
 /* ---- attention (src/kernels/cuda/attention_*) ---- */
 /* Flash: causal, grouped-query, never materialises T x T. qkv[B,T,(Hq+2Hkv)*D]; out[B,T,Hq*D];
  * lse[B,Hq,T]. Tensor-core paths for bf16 with D in {64, 128}; every other case (fp32, other D <=
- * 256) runs a slower exact path. */
+ * 256) runs a slower exact path. drop (NULL: none) drops probabilities before P V as
+ * cpu_attention_forward does; the backward takes the forward's descriptor. */
 void fsdp_cuda_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int Hq, int Hkv, int D,
-                             fsdp_dtype act, cudaStream_t s);
+                             const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s);
 void fsdp_cuda_flash_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                              int B, int T, int Hq, int Hkv, int D, fsdp_dtype act, float *scratch, cudaStream_t s);
+                              int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop, fsdp_dtype act,
+                              float *scratch, cudaStream_t s);
 /* Eager's softmax over scores[BH, T, T] (act; row t valid up to column t): probs = softmax(scale *
  * scores) with the causal mask, masked entries 0; lse[BH, T] saved. probs may alias scores. */
 void fsdp_cuda_causal_softmax_forward(void *probs, float *lse, const void *scores, int BH, int T, float scale,
@@ -94,6 +122,15 @@ void fsdp_cuda_causal_softmax_forward(void *probs, float *lse, const void *score
 /* dscores = scale * probs * (dprobs - rowsum(dprobs * probs)); may alias dprobs. */
 void fsdp_cuda_causal_softmax_backward(void *dscores, const void *dprobs, const void *probs, int BH, int T,
                                        float scale, fsdp_dtype act, cudaStream_t s);
+/* The same with dropout (drop must be active) on [B * Hq, T, T]: the forward also writes
+ * dropped = keep . probs / (1 - p) (the P of P V); the backward takes dprobs = d(dropped), uses
+ * dP = keep . dprobs / (1 - p), and writes dropped again for dV. dropped aliases nothing. */
+void fsdp_cuda_causal_softmax_dropout_forward(void *probs, void *dropped, float *lse, const void *scores, int B,
+                                              int Hq, int T, float scale, const fsdp_dropout *drop, fsdp_dtype act,
+                                              cudaStream_t s);
+void fsdp_cuda_causal_softmax_dropout_backward(void *dscores, void *dropped, const void *dprobs, const void *probs,
+                                               int B, int Hq, int T, float scale, const fsdp_dropout *drop,
+                                               fsdp_dtype act, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,12 @@
  *    in fp32; outputs are poisoned with NaN before every run and NaN never passes;
  *  - the backward is bitwise deterministic over two runs;
  *  - the eager causal softmax forward and backward, out of place and in place, against a
- *    double-precision computation, with masked entries exactly 0.
+ *    double-precision computation, with masked entries exactly 0;
+ *  - dropout on the probabilities (src/kernels/dropout.h), on every path above: values against the
+ *    CPU with the same descriptor, and the masks bit for bit through probes whose outputs are 0
+ *    exactly where an element is dropped (V one-hot for the forward, dout one-hot for dV, K
+ *    one-hot with out = 0 for dQ; T <= D), counting the elements whose zero-ness differs from the
+ *    CPU's (must be 0); the eager softmax's dropped probabilities likewise.
  * Prints one line per case; exits 1 on any failure, 77 when there is no GPU. `--quick` skips the
  * T = 1024 cases (for runs under compute-sanitizer). */
 #include <cuda_runtime.h>
@@ -130,7 +135,16 @@ typedef struct {
     fsdp_dtype act;
     int D, B, T, Hq, Hkv;
     int misalign; /* offset every tensor by 8 bytes: the bf16 D=64/128 case must then take the exact path */
+    double p;     /* attention dropout (0: none) */
 } flash_case;
+
+/* The dropout of a case (NULL for p = 0): a sample base and layer that are not 0, so that a kernel
+ * that ignored them would draw other masks. */
+static const fsdp_dropout *case_dropout(double p, fsdp_dropout *store) {
+    if (p <= 0.0) return NULL;
+    *store = fsdp_dropout_make(p, 0x5eed, 1000003, 5, FSDP_DROPOUT_ATTN_PROBS);
+    return store;
+}
 
 static void run_flash(const flash_case *c) {
     const int D = c->D, B = c->B, T = c->T, Hq = c->Hq, Hkv = c->Hkv;
@@ -140,6 +154,8 @@ static void run_flash(const flash_case *c) {
     const size_t pad = c->misalign ? 8 : 0;
     const double tol = t == FSDP_BF16 ? 2e-2 : 1e-4, tol_lse = t == FSDP_BF16 ? 1e-3 : 1e-4;
 
+    fsdp_dropout store;
+    const fsdp_dropout *drop = case_dropout(c->p, &store);
     float *qkv = rand_vec(nqkv, 1.7320508f, t), *dout = rand_vec(no, 1.7320508f, t);
     float *out_ref = xmalloc(no * sizeof(float)), *lse_ref = xmalloc(nl * sizeof(float));
     float *out = xmalloc(no * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
@@ -156,16 +172,16 @@ static void run_flash(const flash_case *c) {
     to_dev(d_dout, dout, no, t);
 
     /* Forward. */
-    cpu_attention_forward(out_ref, lse_ref, NULL, qkv, B, T, Hq, Hkv, D);
-    fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, t, 0);
+    cpu_attention_forward(out_ref, lse_ref, NULL, qkv, B, T, Hq, Hkv, D, drop);
+    fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, drop, t, 0);
     sync_check("flash forward");
     from_dev(out, d_out, no, t);
     from_dev(lse, d_lse, nl, FSDP_F32);
     double e_out = rel_err(out, out_ref, no), e_lse = rel_err(lse, lse_ref, nl);
 
     /* Backward, against the CPU backward of the GPU's own out and lse. */
-    cpu_attention_backward(dqkv_ref, dout, qkv, out, lse, NULL, B, T, Hq, Hkv, D);
-    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, t, d_scr, 0);
+    cpu_attention_backward(dqkv_ref, dout, qkv, out, lse, NULL, B, T, Hq, Hkv, D, drop);
+    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
     sync_check("flash backward");
     from_dev(dqkv, d_dqkv, nqkv, t);
     const size_t ntok = (size_t)B * T;
@@ -176,15 +192,15 @@ static void run_flash(const flash_case *c) {
     /* Determinism: poison, run again, compare bits. */
     CK(cudaMemset(d_dqkv, 0xff, nqkv * esize(t)));
     CK(cudaMemset(d_scr, 0xff, scr_bytes));
-    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, t, d_scr, 0);
+    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
     sync_check("flash backward (second run)");
     from_dev(dqkv2, d_dqkv, nqkv, t);
     int det = memcmp(dqkv, dqkv2, nqkv * sizeof(float)) == 0;
 
     int ok = pass(e_out, tol) && pass(e_lse, tol_lse) && pass(e_dq, tol) && pass(e_dk, tol) && pass(e_dv, tol) && det;
-    printf("%s flash %s D=%d B=%d T=%d Hq=%d Hkv=%d%s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n",
-           ok ? "ok  " : "FAIL", fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", e_out, e_lse,
-           e_dq, e_dk, e_dv, det ? "deterministic" : "NOT DETERMINISTIC");
+    printf("%s flash %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n",
+           ok ? "ok  " : "FAIL", fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, e_out,
+           e_lse, e_dq, e_dk, e_dv, det ? "deterministic" : "NOT DETERMINISTIC");
     fflush(stdout);
     if (!ok) g_failures++;
 
@@ -272,6 +288,201 @@ static void run_softmax(fsdp_dtype t, int BH, int T) {
     free(sc), free(dp), free(p_ref), free(lse_ref), free(ds_ref), free(p_in), free(got), free(lse);
 }
 
+/* ---- dropout mask probes -------------------------------------------------------------------------- */
+
+/* Elements whose zero-ness differs between x and ref among count blocks of len at start + k *
+ * stride; *zeros gets ref's zeros there. */
+static size_t zero_mismatch(const float *x, const float *ref, size_t start, size_t count, size_t stride, size_t len,
+                            size_t *zeros) {
+    size_t diff = 0;
+    *zeros = 0;
+    for (size_t k = 0; k < count; k++)
+        for (size_t i = 0; i < len; i++) {
+            const size_t j = start + k * stride + i;
+            *zeros += ref[j] == 0.0f;
+            diff += (x[j] == 0.0f) != (ref[j] == 0.0f) || isnan(x[j]);
+        }
+    return diff;
+}
+
+/* Three probes of one case (T <= D), each run on the CPU and the GPU with the same dropout:
+ *  - forward with V one-hot (v_j = e_j): out[t, h, j] = keep' P[h, t, j];
+ *  - backward with dout one-hot (dout[t, h] = e_t): dV[j, g, t] = sum over g's heads of keep' P;
+ *  - backward with K one-hot and out = 0 (so delta = 0): dQ[t, h, j] = scale keep' P dP.
+ * Each output is 0 exactly where (all) the elements it reads are dropped, so the masks of the
+ * forward, dK/dV and dQ kernels are compared element by element with the CPU's. */
+static void run_flash_probe(const flash_case *c) {
+    const int D = c->D, B = c->B, T = c->T, Hq = c->Hq, Hkv = c->Hkv;
+    const fsdp_dtype t = c->act;
+    const size_t W = (size_t)(Hq + 2 * Hkv) * D, nqkv = (size_t)B * T * W, no = (size_t)B * T * Hq * D;
+    const size_t nl = (size_t)B * Hq * T, ntok = (size_t)B * T, pad = c->misalign ? 8 : 0;
+    if (T > D) {
+        printf("FAIL probe case T=%d > D=%d (test error)\n", T, D);
+        g_failures++;
+        return;
+    }
+    fsdp_dropout store;
+    const fsdp_dropout *drop = case_dropout(c->p, &store);
+    float *qkv = rand_vec(nqkv, 1.7320508f, t), *dout = rand_vec(no, 1.7320508f, t);
+    float *zeros_o = xmalloc(no * sizeof(float)), *ref = xmalloc(nqkv * sizeof(float));
+    float *got = xmalloc(nqkv * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
+    float *out = xmalloc(no * sizeof(float));
+    memset(zeros_o, 0, no * sizeof(float));
+    void *b_qkv, *b_out, *b_lse, *b_dout, *b_dqkv, *b_scr, *b_zero;
+    void *d_qkv = dev_alloc(nqkv, t, pad, &b_qkv), *d_out = dev_alloc(no, t, pad, &b_out);
+    void *d_dout = dev_alloc(no, t, pad, &b_dout), *d_dqkv = dev_alloc(nqkv, t, pad, &b_dqkv);
+    void *d_zero = dev_alloc(no, t, pad, &b_zero);
+    float *d_lse = dev_alloc(nl, FSDP_F32, 0, &b_lse);
+    float *d_scr = dev_alloc(fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D) / 4 + 1, FSDP_F32, 0, &b_scr);
+    to_dev(d_zero, zeros_o, no, t);
+    size_t zf, zk, zq;
+
+    /* Forward, V one-hot. */
+    for (size_t tok = 0; tok < ntok; tok++)
+        for (int g = 0; g < Hkv; g++)
+            for (int d = 0; d < D; d++)
+                qkv[tok * W + (size_t)(Hq + Hkv + g) * D + d] = d == (int)(tok % T) ? 1.0f : 0.0f;
+    to_dev(d_qkv, qkv, nqkv, t);
+    cpu_attention_forward(ref, lse, NULL, qkv, B, T, Hq, Hkv, D, drop);
+    fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, drop, t, 0);
+    sync_check("probe forward");
+    from_dev(got, d_out, no, t);
+    const size_t mf = zero_mismatch(got, ref, 0, 1, 0, no, &zf);
+
+    /* dV with dout one-hot, against the GPU's own out and lse. */
+    from_dev(out, d_out, no, t);
+    from_dev(lse, d_lse, nl, FSDP_F32);
+    float *onehot = xmalloc(no * sizeof(float));
+    for (size_t tok = 0; tok < ntok; tok++)
+        for (int h = 0; h < Hq; h++)
+            for (int d = 0; d < D; d++) onehot[(tok * Hq + h) * D + d] = d == (int)(tok % T) ? 1.0f : 0.0f;
+    to_dev(d_dout, onehot, no, t);
+    cpu_attention_backward(ref, onehot, qkv, out, lse, NULL, B, T, Hq, Hkv, D, drop);
+    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
+    sync_check("probe backward (dV)");
+    from_dev(got, d_dqkv, nqkv, t);
+    const size_t mk = zero_mismatch(got, ref, (size_t)(Hq + Hkv) * D, ntok, W, (size_t)Hkv * D, &zk);
+
+    /* dQ with K one-hot and out = 0; V random again, lse from the GPU forward of these inputs. */
+    float *vrand = rand_vec(nqkv, 1.7320508f, t);
+    for (size_t tok = 0; tok < ntok; tok++)
+        for (int g = 0; g < Hkv; g++)
+            for (int d = 0; d < D; d++) {
+                qkv[tok * W + (size_t)(Hq + g) * D + d] = d == (int)(tok % T) ? 1.0f : 0.0f;
+                qkv[tok * W + (size_t)(Hq + Hkv + g) * D + d] = vrand[tok * W + (size_t)(Hq + Hkv + g) * D + d];
+            }
+    to_dev(d_qkv, qkv, nqkv, t);
+    to_dev(d_dout, dout, no, t);
+    fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, drop, t, 0);
+    sync_check("probe forward (K one-hot)");
+    from_dev(lse, d_lse, nl, FSDP_F32);
+    cpu_attention_backward(ref, dout, qkv, zeros_o, lse, NULL, B, T, Hq, Hkv, D, drop);
+    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_zero, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
+    sync_check("probe backward (dQ)");
+    from_dev(got, d_dqkv, nqkv, t);
+    const size_t mq = zero_mismatch(got, ref, 0, ntok, W, (size_t)Hq * D, &zq);
+
+    const int ok = mf == 0 && mk == 0 && mq == 0 && zf > 0 && zk > 0 && zq > 0;
+    printf("%s flash mask probe %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f: mismatched zeros fwd %zu (of %zu zeros) "
+           "dV %zu (of %zu) dQ %zu (of %zu)\n",
+           ok ? "ok  " : "FAIL", fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, mf, zf,
+           mk, zk, mq, zq);
+    fflush(stdout);
+    if (!ok) g_failures++;
+    void *bufs[] = {b_qkv, b_out, b_lse, b_dout, b_dqkv, b_scr, b_zero};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CK(cudaFree(bufs[i]));
+    free(qkv), free(dout), free(zeros_o), free(ref), free(got), free(lse), free(out), free(onehot), free(vrand);
+}
+
+/* The eager softmax with dropout on [B * Hq, T, T] against double precision with the CPU's mask:
+ * probs undropped, dropped = keep' P (its zeros exactly the mask), lse; the backward in place on
+ * dprobs, and its dropped probabilities again. */
+static void run_softmax_dropout(fsdp_dtype t, int B, int Hq, int T, double p) {
+    if (T > 1024) {
+        printf("FAIL causal softmax dropout T=%d > 1024 (test error)\n", T);
+        g_failures++;
+        return;
+    }
+    const size_t n = (size_t)B * Hq * T * T, rows = (size_t)B * Hq * T;
+    const float scale = 0.125f;
+    const double tol = t == FSDP_BF16 ? 2e-2 : 1e-4;
+    const fsdp_dropout drop = fsdp_dropout_make(p, 99, 31337, 2, FSDP_DROPOUT_ATTN_PROBS);
+    float *sc = rand_vec(n, 4.0f, t), *dp = rand_vec(n, 1.0f, t);
+    float *p_ref = xmalloc(n * sizeof(float)), *pd_ref = xmalloc(n * sizeof(float));
+    float *lse_ref = xmalloc(rows * sizeof(float)), *ds_ref = xmalloc(n * sizeof(float));
+    float *p_in = xmalloc(n * sizeof(float)), *pdb_ref = xmalloc(n * sizeof(float));
+    float *got = xmalloc(n * sizeof(float)), *lse = xmalloc(rows * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        const int row_t = (int)(r % T), bh = (int)(r / T), b = bh / Hq, h = bh % Hq;
+        const float *s = sc + r * T;
+        double m = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= row_t; j++) m = fmax(m, (double)scale * s[j]);
+        for (int j = 0; j <= row_t; j++) sum += exp((double)scale * s[j] - m);
+        const double l = m + log(sum);
+        lse_ref[r] = (float)l;
+        for (int j = 0; j < T; j++) {
+            const double pj = j <= row_t ? exp((double)scale * s[j] - l) : 0.0;
+            const int keep = j <= row_t && fsdp_dropout_keep_probs(&drop, b, h, row_t, j, T);
+            p_ref[r * T + j] = (float)pj;
+            pd_ref[r * T + j] = keep ? (float)(pj * drop.scale) : 0.0f;
+        }
+    }
+    for (size_t i = 0; i < n; i++) p_in[i] = t == FSDP_BF16 ? fsdp_round_bf16(p_ref[i]) : p_ref[i];
+    for (size_t r = 0; r < rows; r++) {
+        const int row_t = (int)(r % T), bh = (int)(r / T), b = bh / Hq, h = bh % Hq;
+        double dot = 0.0;
+        float k[1024]; /* keep' of the row (T <= 1024 here) */
+        for (int j = 0; j < T; j++)
+            k[j] = j <= row_t && fsdp_dropout_keep_probs(&drop, b, h, row_t, j, T) ? drop.scale : 0.0f;
+        for (int j = 0; j <= row_t; j++) dot += (double)dp[r * T + j] * k[j] * p_in[r * T + j];
+        for (int j = 0; j < T; j++) {
+            const double pj = p_in[r * T + j];
+            ds_ref[r * T + j] = j <= row_t ? (float)(scale * pj * (dp[r * T + j] * k[j] - dot)) : 0.0f;
+            pdb_ref[r * T + j] = (float)((double)p_in[r * T + j] * k[j]);
+        }
+    }
+    void *b_a, *b_b, *b_c, *b_l;
+    void *d_a = dev_alloc(n, t, 0, &b_a), *d_b = dev_alloc(n, t, 0, &b_b), *d_c = dev_alloc(n, t, 0, &b_c);
+    float *d_lse = dev_alloc(rows, FSDP_F32, 0, &b_l);
+    /* Forward in place: scores and probs in d_a, dropped in d_b. */
+    to_dev(d_a, sc, n, t);
+    fsdp_cuda_causal_softmax_dropout_forward(d_a, d_b, d_lse, d_a, B, Hq, T, scale, &drop, t, 0);
+    sync_check("causal softmax dropout forward");
+    from_dev(got, d_a, n, t);
+    const double e_p = rel_err(got, p_ref, n);
+    from_dev(lse, d_lse, rows, FSDP_F32);
+    const double e_l = rel_err(lse, lse_ref, rows);
+    from_dev(got, d_b, n, t);
+    size_t zf;
+    const double e_pd = rel_err(got, pd_ref, n);
+    const size_t mf = zero_mismatch(got, pd_ref, 0, 1, 0, n, &zf);
+    /* Backward: dprobs in d_a (dscores in place), probs in d_c, dropped in d_b. */
+    CK(cudaMemset(d_b, 0xff, n * esize(t)));
+    to_dev(d_a, dp, n, t);
+    to_dev(d_c, p_in, n, t);
+    fsdp_cuda_causal_softmax_dropout_backward(d_a, d_b, d_a, d_c, B, Hq, T, scale, &drop, t, 0);
+    sync_check("causal softmax dropout backward");
+    from_dev(got, d_a, n, t);
+    const double e_ds = rel_err(got, ds_ref, n);
+    from_dev(got, d_b, n, t);
+    size_t zb;
+    const double e_pdb = rel_err(got, pdb_ref, n);
+    const size_t mb = zero_mismatch(got, pdb_ref, 0, 1, 0, n, &zb);
+    const int ok = pass(e_p, tol) && pass(e_l, t == FSDP_BF16 ? 1e-3 : 1e-4) && pass(e_pd, tol) && pass(e_ds, tol) &&
+                   pass(e_pdb, tol) && mf == 0 && mb == 0 && zf > 0;
+    printf("%s causal softmax dropout %s B=%d Hq=%d T=%d p=%.2f: probs %.2e lse %.2e dropped %.2e (zeros mismatched "
+           "%zu of %zu) dscores %.2e dropped' %.2e (mismatched %zu)\n",
+           ok ? "ok  " : "FAIL", fsdp_dtype_name(t), B, Hq, T, p, e_p, e_l, e_pd, mf, zf, e_ds, e_pdb, mb);
+    fflush(stdout);
+    if (!ok) g_failures++;
+    CK(cudaFree(b_a));
+    CK(cudaFree(b_b));
+    CK(cudaFree(b_c));
+    CK(cudaFree(b_l));
+    free(sc), free(dp), free(p_ref), free(pd_ref), free(lse_ref), free(ds_ref), free(p_in), free(pdb_ref);
+    free(got), free(lse);
+}
+
 int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int ndev = 0;
@@ -289,16 +500,18 @@ int main(int argc, char **argv) {
                 const int group = 1 << gi, Hkv = group == 4 ? 1 : 2, T = Ts[ti];
                 if (quick && T > 200) continue;
                 const int B = T >= 1024 ? 1 : 1 + (ti + gi) % 2;
-                flash_case c = {FSDP_BF16, di == 0 ? 64 : 128, B, T, group * Hkv, Hkv, 0};
+                flash_case c = {FSDP_BF16, di == 0 ? 64 : 128, B, T, group * Hkv, Hkv, 0, 0.0};
                 run_flash(&c);
             }
 
     /* Exact path. */
     const flash_case exact[] = {
-        {FSDP_F32, 64, 2, 37, 4, 2, 0},   {FSDP_F32, 64, 1, 200, 4, 1, 0},  {FSDP_F32, 64, 1, 1, 2, 2, 0},
-        {FSDP_F32, 128, 1, 130, 4, 1, 0}, {FSDP_F32, 40, 2, 37, 4, 2, 0},   {FSDP_F32, 40, 1, 128, 2, 2, 0},
-        {FSDP_BF16, 40, 2, 37, 4, 1, 0},  {FSDP_BF16, 40, 1, 200, 4, 2, 0}, {FSDP_BF16, 256, 1, 70, 2, 1, 0},
-        {FSDP_F32, 6, 2, 45, 3, 1, 0},    {FSDP_BF16, 64, 2, 37, 4, 2, 1},  {FSDP_BF16, 128, 1, 100, 2, 1, 1},
+        {FSDP_F32, 64, 2, 37, 4, 2, 0, 0.0},   {FSDP_F32, 64, 1, 200, 4, 1, 0, 0.0},
+        {FSDP_F32, 64, 1, 1, 2, 2, 0, 0.0},    {FSDP_F32, 128, 1, 130, 4, 1, 0, 0.0},
+        {FSDP_F32, 40, 2, 37, 4, 2, 0, 0.0},   {FSDP_F32, 40, 1, 128, 2, 2, 0, 0.0},
+        {FSDP_BF16, 40, 2, 37, 4, 1, 0, 0.0},  {FSDP_BF16, 40, 1, 200, 4, 2, 0, 0.0},
+        {FSDP_BF16, 256, 1, 70, 2, 1, 0, 0.0}, {FSDP_F32, 6, 2, 45, 3, 1, 0, 0.0},
+        {FSDP_BF16, 64, 2, 37, 4, 2, 1, 0.0},  {FSDP_BF16, 128, 1, 100, 2, 1, 1, 0.0},
     };
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) run_flash(&exact[i]);
 
@@ -306,6 +519,34 @@ int main(int argc, char **argv) {
     const int sT[] = {1, 37, 200};
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < 3; i++) run_softmax(k ? FSDP_BF16 : FSDP_F32, 3, sT[i]);
+
+    /* Dropout: tensor-core path (ragged and whole tiles, every group size), exact path (fp32, odd
+     * and large head dims, an unaligned bf16 tensor), then the mask probes and the eager softmax. */
+    const int dT[] = {37, 128, 200, 1024};
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < 4; ti++)
+            for (int gi = 0; gi < 3; gi++) {
+                const int group = 1 << gi, Hkv = group == 4 ? 1 : 2, T = dT[ti];
+                if (quick && T > 200) continue;
+                const int B = T >= 1024 ? 1 : 1 + (ti + gi) % 2;
+                flash_case c = {FSDP_BF16, di == 0 ? 64 : 128, B, T, group * Hkv, Hkv, 0, gi == 1 ? 0.5 : 0.1};
+                run_flash(&c);
+            }
+    const flash_case exact_drop[] = {
+        {FSDP_F32, 64, 2, 37, 4, 2, 0, 0.1},   {FSDP_F32, 128, 1, 130, 4, 1, 0, 0.3},
+        {FSDP_F32, 40, 2, 37, 4, 2, 0, 0.1},   {FSDP_BF16, 40, 1, 200, 4, 2, 0, 0.1},
+        {FSDP_BF16, 256, 1, 70, 2, 1, 0, 0.2}, {FSDP_BF16, 64, 2, 37, 4, 2, 1, 0.1},
+    };
+    for (size_t i = 0; i < sizeof exact_drop / sizeof exact_drop[0]; i++) run_flash(&exact_drop[i]);
+    const flash_case probes[] = {
+        {FSDP_BF16, 64, 2, 64, 2, 2, 0, 0.3},  {FSDP_BF16, 64, 1, 37, 4, 1, 0, 0.5},
+        {FSDP_BF16, 128, 2, 128, 2, 2, 0, 0.3}, {FSDP_BF16, 128, 1, 100, 4, 2, 0, 0.1},
+        {FSDP_F32, 64, 2, 64, 4, 2, 0, 0.3},   {FSDP_BF16, 40, 1, 37, 2, 2, 0, 0.3},
+        {FSDP_BF16, 64, 1, 50, 2, 2, 1, 0.3},
+    };
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) run_flash_probe(&probes[i]);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++) run_softmax_dropout(k ? FSDP_BF16 : FSDP_F32, 2, 3, sT[i], 0.2);
 
     printf("test_gpu_attention: %s (%d failure%s)\n", g_failures ? "FAILED" : "passed", g_failures,
            g_failures == 1 ? "" : "s");

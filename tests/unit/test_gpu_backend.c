@@ -1,7 +1,8 @@
 /* Every op of the CUDA backend against the same op of the CPU backend, through the backend table
  * (kernels, cuBLASLt products, eager and flash attention, optimizer and reductions), on fresh random
  * inputs, forward and backward, in fp32 mode (tolerance 1e-4, TF32 off) and bf16 mode (inputs
- * rounded to bf16 for both sides; tolerance 2e-2). Outputs that ops overwrite are poisoned with
+ * rounded to bf16 for both sides; tolerance 2e-2); attention and the residual ops also with dropout
+ * (the same descriptor on both sides, so the same masks). Outputs that ops overwrite are poisoned with
  * NaN first; accumulated outputs start from random values. Exit 77 without a GPU. */
 #include <math.h>
 #include <mpi.h>
@@ -177,31 +178,105 @@ static void test_norm(int llama, int N, int C) {
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->free(gpu, ptrs[i]);
 }
 
-static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D) {
+/* p > 0 runs attention_dropout_forward / _backward (probabilities dropped) on both backends. */
+static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D, double p) {
     char name[128];
     const char *m = mode == FSDP_ATTN_EAGER ? "eager" : "flash";
+    const fsdp_dropout drop = fsdp_dropout_make(p, 4321, 777, 3, FSDP_DROPOUT_ATTN_PROBS);
     size_t W = (size_t)(Hq + 2 * Hkv) * D, nq = (size_t)B * T * W, no = (size_t)B * T * Hq * D;
     size_t nl = (size_t)B * Hq * T, np = (size_t)B * Hq * T * T;
     float *qkv = randn(nq, 1.0f), *out = malloc(no * 4), *lse = malloc(nl * 4), *probs = malloc(np * 4);
-    cpu->attention_forward(cpu, mode, out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, qkv, B, T, Hq, Hkv, D);
+    void *cprobs = mode == FSDP_ATTN_EAGER ? probs : NULL;
     void *dqkvin = upload(qkv, nq, ACT), *dout = poisoned(no, ACT), *dlse = poisoned(nl, FSDP_F32);
     void *dprobs = mode == FSDP_ATTN_EAGER ? poisoned(np, ACT) : NULL;
-    gpu->attention_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D);
-    snprintf(name, sizeof name, "attention %s fwd B%d T%d H%d/%d D%d", m, B, T, Hq, Hkv, D);
+    if (p > 0) {
+        cpu->attention_dropout_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D, &drop);
+        gpu->attention_dropout_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D, &drop);
+    } else {
+        cpu->attention_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D);
+        gpu->attention_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D);
+    }
+    snprintf(name, sizeof name, "attention %s fwd B%d T%d H%d/%d D%d p%.1f", m, B, T, Hq, Hkv, D, p);
     compare(name, out, dout, no, ACT, tolerance());
     snprintf(name, sizeof name, "attention %s fwd lse", m);
     compare(name, lse, dlse, nl, FSDP_F32, ACT == FSDP_BF16 ? 2e-3 : 1e-5);
 
     float *dy = randn(no, 1.0f), *dq = malloc(nq * 4);
     /* The backward reads the forward's output; give both sides their own. */
-    cpu->attention_backward(cpu, mode, dq, dy, qkv, out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, B, T, Hq, Hkv, D);
     void *ddy = upload(dy, no, ACT), *ddq = poisoned(nq, ACT);
-    gpu->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D);
-    snprintf(name, sizeof name, "attention %s bwd dqkv B%d T%d H%d/%d D%d", m, B, T, Hq, Hkv, D);
+    if (p > 0) {
+        cpu->attention_dropout_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D, &drop);
+        gpu->attention_dropout_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, &drop);
+    } else {
+        cpu->attention_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D);
+        gpu->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D);
+    }
+    snprintf(name, sizeof name, "attention %s bwd dqkv B%d T%d H%d/%d D%d p%.1f", m, B, T, Hq, Hkv, D, p);
     compare(name, dq, ddq, nq, ACT, ACT == FSDP_BF16 ? 3e-2 : 1e-4);
     free(qkv), free(out), free(lse), free(probs), free(dy), free(dq);
     gpu->free(gpu, dqkvin), gpu->free(gpu, dout), gpu->free(gpu, dlse), gpu->free(gpu, ddy), gpu->free(gpu, ddq);
     if (dprobs) gpu->free(gpu, dprobs);
+}
+
+/* The residual-dropout ops of the table: stand-alone forward and backward, and the norms with the
+ * dropout fused (res_out, out and statistics; dinp, dweight, dbias and dx). */
+static void test_dropout_ops(int llama, int B, int T, int C, double p) {
+    char name[96];
+    const char *kind = llama ? "rmsnorm" : "layernorm";
+    const int N = B * T;
+    const size_t n = (size_t)N * C;
+    const fsdp_dropout drop = fsdp_dropout_make(p, 99, 12345, 4, FSDP_DROPOUT_ATTN_OUT);
+    float *res = randn(n, 1.0f), *x = randn(n, 1.0f), *w = randn(C, 0.5f), *b = randn(C, 0.2f);
+    for (int i = 0; i < C; i++) w[i] = ACT == FSDP_BF16 ? fsdp_round_bf16(w[i] + 1.0f) : w[i] + 1.0f;
+    float *ro = malloc(n * 4), *out = malloc(n * 4), *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
+    void *dres = upload(res, n, ACT), *dx = upload(x, n, ACT), *dw = upload(w, C, ACT), *db = upload(b, C, ACT);
+    void *dro = poisoned(n, ACT), *dout = poisoned(n, ACT), *dmean = poisoned(N, FSDP_F32);
+    void *drstd = poisoned(N, FSDP_F32);
+    cpu->residual_dropout_forward(cpu, ro, res, x, N, T, C, &drop);
+    gpu->residual_dropout_forward(gpu, dro, dres, dx, N, T, C, &drop);
+    snprintf(name, sizeof name, "residual_dropout fwd %dx%d p%.1f", N, C, p);
+    compare(name, ro, dro, n, ACT, tolerance());
+    cpu->dropout_backward(cpu, out, x, N, T, C, &drop);
+    gpu->dropout_backward(gpu, dout, dx, N, T, C, &drop);
+    snprintf(name, sizeof name, "dropout bwd %dx%d p%.1f", N, C, p);
+    compare(name, out, dout, n, ACT, tolerance());
+
+    if (llama) {
+        cpu->rmsnorm_dropout_forward(cpu, ro, out, rstd, res, x, w, N, T, C, 1e-5f, &drop);
+        gpu->rmsnorm_dropout_forward(gpu, dro, dout, drstd, dres, dx, dw, N, T, C, 1e-5f, &drop);
+    } else {
+        cpu->layernorm_dropout_forward(cpu, ro, out, mean, rstd, res, x, w, b, N, T, C, 1e-5f, &drop);
+        gpu->layernorm_dropout_forward(gpu, dro, dout, dmean, drstd, dres, dx, dw, db, N, T, C, 1e-5f, &drop);
+    }
+    snprintf(name, sizeof name, "%s_dropout fwd res_out %dx%d p%.1f", kind, N, C, p);
+    compare(name, ro, dro, n, ACT, tolerance());
+    snprintf(name, sizeof name, "%s_dropout fwd out", kind);
+    compare(name, out, dout, n, ACT, tolerance());
+    snprintf(name, sizeof name, "%s_dropout fwd rstd", kind);
+    compare(name, rstd, drstd, N, FSDP_F32, ACT == FSDP_BF16 ? 1e-3 : 1e-5);
+
+    float *dy = randn(n, 1.0f), *dinp0 = randn(n, 1.0f), *dw0 = randn(C, 1.0f), *db0 = randn(C, 1.0f);
+    float *dinp = copy(dinp0, n), *dwc = copy(dw0, C), *dbc = copy(db0, C), *dxc = malloc(n * 4);
+    void *ddy = upload(dy, n, ACT), *ddinp = upload(dinp0, n, ACT), *ddw = upload(dw0, C, GRAD);
+    void *ddb = upload(db0, C, GRAD), *ddx = poisoned(n, ACT);
+    if (llama) {
+        cpu->rmsnorm_dropout_backward(cpu, dinp, dxc, dwc, dy, ro, w, rstd, N, T, C, &drop);
+        gpu->rmsnorm_dropout_backward(gpu, ddinp, ddx, ddw, ddy, dro, dw, drstd, N, T, C, &drop);
+    } else {
+        cpu->layernorm_dropout_backward(cpu, dinp, dxc, dwc, dbc, dy, ro, w, mean, rstd, N, T, C, &drop);
+        gpu->layernorm_dropout_backward(gpu, ddinp, ddx, ddw, ddb, ddy, dro, dw, dmean, drstd, N, T, C, &drop);
+    }
+    snprintf(name, sizeof name, "%s_dropout bwd dinp (+=)", kind);
+    compare(name, dinp, ddinp, n, ACT, tolerance());
+    snprintf(name, sizeof name, "%s_dropout bwd dx", kind);
+    compare(name, dxc, ddx, n, ACT, tolerance());
+    snprintf(name, sizeof name, "%s_dropout bwd dweight (+=)", kind);
+    compare(name, dwc, ddw, C, GRAD, tolerance());
+    if (!llama) compare("layernorm_dropout bwd dbias (+=)", dbc, ddb, C, GRAD, tolerance());
+    free(res), free(x), free(w), free(b), free(ro), free(out), free(mean), free(rstd), free(dy), free(dinp0);
+    free(dw0), free(db0), free(dinp), free(dwc), free(dbc), free(dxc);
+    void *ptrs[] = {dres, dx, dw, db, dro, dout, dmean, drstd, ddy, ddinp, ddw, ddb, ddx};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->free(gpu, ptrs[i]);
 }
 
 static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, int V) {
@@ -350,11 +425,16 @@ static void run_mode(fsdp_dtype act, fsdp_dtype grad) {
     test_matmul(37, 40, 24, 0, 0, 0), test_matmul(37, 40, 72, 1, 0, 1), test_matmul(37, 72, 40, 1, 1, 0);
     test_matmul(512, 2048, 3072, 0, 0, 0), test_matmul(512, 8192, 2048, 0, 1, 0), test_matmul(256, 2048, 8192, 1, 0, 1);
     for (int mode = 0; mode < 2; mode++) {
-        test_attention((fsdp_attn)mode, 2, 37, 6, 2, 8);
-        test_attention((fsdp_attn)mode, 1, 200, 4, 4, 64);
-        test_attention((fsdp_attn)mode, 2, 256, 32, 8, 64);
-        test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128);
+        test_attention((fsdp_attn)mode, 2, 37, 6, 2, 8, 0.0);
+        test_attention((fsdp_attn)mode, 1, 200, 4, 4, 64, 0.0);
+        test_attention((fsdp_attn)mode, 2, 256, 32, 8, 64, 0.0);
+        test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128, 0.0);
+        test_attention((fsdp_attn)mode, 2, 37, 6, 2, 8, 0.1);
+        test_attention((fsdp_attn)mode, 2, 256, 32, 8, 64, 0.1);
+        test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128, 0.5);
     }
+    test_dropout_ops(1, 2, 37, 40, 0.1), test_dropout_ops(0, 2, 37, 40, 0.1);
+    test_dropout_ops(1, 4, 256, 2048, 0.1), test_dropout_ops(0, 4, 256, 2048, 0.1);
     test_optimizer(1000003);
     gpu->destroy(gpu);
     cpu->destroy(cpu);

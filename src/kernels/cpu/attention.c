@@ -8,7 +8,13 @@
  *
  * The backward runs in two passes so that every output element has one owner thread and a fixed
  * summation order: pass 1 is parallel over query rows (dq), pass 2 over key rows (dk, dv, summed over
- * the query heads of the group and the later queries, in ascending order). */
+ * the query heads of the group and the later queries, in ascending order).
+ *
+ * Dropout on the probabilities (attention_dropout): out = sum_j keep_j P_j v_j / (1 - p), with the
+ * mask of src/kernels/dropout.h drawn per element; lse and the stored probs are the undropped
+ * softmax's, and the backward regenerates the mask. With Pd = keep P / (1 - p) and
+ * dPd_j = dout . v_j, the softmax sees dP_j = keep_j dPd_j / (1 - p), and
+ * delta = dout . out = sum_j Pd_j dPd_j = sum_j P_j dP_j still holds. */
 #include <math.h>
 #include <string.h>
 
@@ -49,9 +55,17 @@ static inline float attn_prob(const attn_shape *s, const float *qkv, const float
     return expf(attn_score(s, qkv, b, h, t, j) - lse[row_at(s, b, h, t)]);
 }
 
+/* Dropout factor of P[b, h, t, j]: 1 / (1 - p) when kept, 0 when dropped, 1 without dropout. */
+static inline float attn_keep(const fsdp_dropout *drop, int b, int h, int t, int j, int T) {
+    if (!drop) return 1.0f;
+    return fsdp_dropout_keep_probs(drop, b, h, t, j, T) ? drop->scale : 0.0f;
+}
+
 void cpu_attention_forward(float *out, float *lse, float *probs, const float *qkv, int B, int T, int Hq, int Hkv,
-                           int D) {
+                           int D, const fsdp_dropout *drop) {
     attn_shape s = attn_make(B, T, Hq, Hkv, D);
+    if (!fsdp_dropout_active(drop)) drop = NULL;
+    if (drop) fsdp_dropout_check_probs(drop, B, Hq, T);
 #pragma omp parallel
     {
         float *sc = cpu_scratch((size_t)T * sizeof(float)); /* scores of one query row */
@@ -74,7 +88,7 @@ void cpu_attention_forward(float *out, float *lse, float *probs, const float *qk
                     for (int j = 0; j <= t; j++) {
                         float p = expf(sc[j] - l);
                         if (prow) prow[j] = p;
-                        cpu_axpy(o, p, qkv + v_at(&s, b, j, h / s.group), D);
+                        cpu_axpy(o, p * attn_keep(drop, b, h, t, j, T), qkv + v_at(&s, b, j, h / s.group), D);
                     }
                     if (prow)
                         for (int j = t + 1; j < T; j++) prow[j] = 0.0f;
@@ -84,10 +98,13 @@ void cpu_attention_forward(float *out, float *lse, float *probs, const float *qk
 }
 
 /* With dP = dout . v and delta = dout . out (= sum_j P dP), the score gradient is
- * dS = P (dP - delta); dq = scale sum_j dS k_j, dk_j = scale sum dS q, dv_j = sum P dout. */
+ * dS = P (dP - delta); dq = scale sum_j dS k_j, dk_j = scale sum dS q, dv_j = sum P dout (with
+ * dropout, dP and the P of dv carry the factor keep / (1 - p)). */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                            const float *probs, int B, int T, int Hq, int Hkv, int D) {
+                            const float *probs, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
     attn_shape s = attn_make(B, T, Hq, Hkv, D);
+    if (!fsdp_dropout_active(drop)) drop = NULL;
+    if (drop) fsdp_dropout_check_probs(drop, B, Hq, T);
     float *delta = cpu_scratch((size_t)B * Hq * T * sizeof(float));
 
     /* Pass 1: dq and delta, one query row per iteration. */
@@ -102,7 +119,7 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 memset(dq, 0, (size_t)D * sizeof(float));
                 for (int j = 0; j <= t; j++) {
                     float p = attn_prob(&s, qkv, lse, probs, b, h, t, j);
-                    float dp = cpu_dot(d, qkv + v_at(&s, b, j, h / s.group), D);
+                    float dp = cpu_dot(d, qkv + v_at(&s, b, j, h / s.group), D) * attn_keep(drop, b, h, t, j, T);
                     cpu_axpy(dq, p * (dp - dl), qkv + k_at(&s, b, j, h / s.group), D);
                 }
                 for (int i = 0; i < D; i++) dq[i] *= s.scale;
@@ -120,10 +137,10 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 for (int h = g * s.group; h < (g + 1) * s.group; h++)
                     for (int t = j; t < T; t++) {
                         const float *d = dout + o_at(&s, b, t, h);
-                        float p = attn_prob(&s, qkv, lse, probs, b, h, t, j);
-                        float dp = cpu_dot(d, v, D);
+                        float p = attn_prob(&s, qkv, lse, probs, b, h, t, j), k = attn_keep(drop, b, h, t, j, T);
+                        float dp = cpu_dot(d, v, D) * k;
                         cpu_axpy(dk, p * (dp - delta[row_at(&s, b, h, t)]), qkv + q_at(&s, b, t, h), D);
-                        cpu_axpy(dv, p, d, D);
+                        cpu_axpy(dv, p * k, d, D);
                     }
                 for (int i = 0; i < D; i++) dk[i] *= s.scale;
             }

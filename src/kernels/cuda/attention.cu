@@ -5,7 +5,12 @@
  *
  * The softmax kernels use one warp per row of scores and three passes over it (max, sum,
  * write), each lane owning the columns lane + 32 i: every element is read and written by the
- * same lane, which is what lets probs alias scores and dscores alias dprobs. */
+ * same lane, which is what lets probs alias scores and dscores alias dprobs.
+ *
+ * Dropout on the probabilities: the flash launchers pass the descriptor to the kernels (attn_args);
+ * the eager softmax kernels have separately compiled variants (drop = 1) that also write the
+ * dropped probabilities keep . P / (1 - p) that P V (and, in the backward, dV) multiply, while
+ * probs keeps the undropped softmax; each lane draws the keep bit of each of its elements. */
 #include <math.h>
 
 #include "attention_common.cuh"
@@ -27,25 +32,40 @@ static attn_args attn_make(const char *op, int B, int T, int Hq, int Hkv, int D)
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* The kernels' form of drop (NULL or a zero rate: inactive). */
+static attn_dropout attn_dropout_make(const attn_args *a, const fsdp_dropout *drop) {
+    attn_dropout dr;
+    memset(&dr, 0, sizeof dr);
+    if (!fsdp_dropout_active(drop)) return dr;
+    fsdp_dropout_check_probs(drop, a->B, a->Hq, a->T);
+    dr.active = 1;
+    dr.drop = *drop;
+    dr.tb = (a->T + 15) / 16;
+    return dr;
+}
+
 void fsdp_cuda_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int Hq, int Hkv, int D,
-                             fsdp_dtype act, cudaStream_t s) {
+                             const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s) {
     attn_args a = attn_make("fsdp_cuda_flash_forward", B, T, Hq, Hkv, D);
     if ((long long)B * T == 0) return;
+    const attn_dropout dr = attn_dropout_make(&a, drop);
     a.qkv = qkv, a.o = out, a.lse_out = lse;
-    if (act == FSDP_BF16 && aligned16(qkv) && aligned16(out) && attn_tc_forward(&a, s) == 0) return;
-    attn_exact_forward(&a, act, s);
+    if (act == FSDP_BF16 && aligned16(qkv) && aligned16(out) && attn_tc_forward(&a, &dr, s) == 0) return;
+    attn_exact_forward(&a, &dr, act, s);
 }
 
 void fsdp_cuda_flash_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                              int B, int T, int Hq, int Hkv, int D, fsdp_dtype act, float *scratch, cudaStream_t s) {
+                              int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop, fsdp_dtype act,
+                              float *scratch, cudaStream_t s) {
     attn_args a = attn_make("fsdp_cuda_flash_backward", B, T, Hq, Hkv, D);
     if ((long long)B * T == 0) return;
+    const attn_dropout dr = attn_dropout_make(&a, drop);
     a.qkv = qkv, a.out = out, a.dout = dout, a.lse = lse, a.dqkv = dqkv;
     a.delta = a.delta_out = scratch;
     attn_delta(&a, act, s);
-    if (act == FSDP_BF16 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv) && attn_tc_backward(&a, s) == 0)
+    if (act == FSDP_BF16 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv) && attn_tc_backward(&a, &dr, s) == 0)
         return;
-    attn_exact_backward(&a, act, s);
+    attn_exact_backward(&a, &dr, act, s);
 }
 
 /* ---- eager softmax ------------------------------------------------------------------------------ */
@@ -60,9 +80,18 @@ static __device__ __forceinline__ void sm_st(void *p, long long i, float v, int 
         ((float *)p)[i] = v;
 }
 
-/* Row r = (bh, t) of [BH, T, T]: columns 0..t are visible. probs may alias scores. */
-__global__ void __launch_bounds__(SM_WARPS * 32)
-    attn_causal_softmax_fwd(void *probs, float *lse, const void *scores, long long rows, int T, float scale, int bf) {
+/* The dropout factor keep / (1 - p) of element (row r, column j) of [B * Hq, T, T]. */
+static __device__ __forceinline__ float sm_keep(const fsdp_dropout &d, long long r, int j, int T, int Hq) {
+    const long long bh = r / T;
+    const int b = (int)(bh / Hq), h = (int)(bh % Hq), t = (int)(r % T);
+    return fsdp_dropout_keep_probs(&d, b, h, t, j, T) ? d.scale : 0.0f;
+}
+
+/* Row r = (bh, t) of [BH, T, T]: columns 0..t are visible. probs may alias scores. With drop,
+ * dropped[r, j] = keep' P as well. */
+static __device__ __forceinline__ void softmax_fwd_body(void *probs, void *dropped, float *lse, const void *scores,
+                                                        long long rows, int T, float scale, int bf, int drop,
+                                                        const fsdp_dropout &d, int Hq) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long r = (long long)blockIdx.x * SM_WARPS + warp;
     if (r >= rows) return;
@@ -75,36 +104,73 @@ __global__ void __launch_bounds__(SM_WARPS * 32)
     for (int j = lane; j <= t; j += 32) sum += __expf(scale * sm_ld(scores, base + j, bf) - m);
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float l = m + __logf(sum);
-    for (int j = lane; j < T; j += 32)
-        sm_st(probs, base + j, j <= t ? __expf(scale * sm_ld(scores, base + j, bf) - l) : 0.0f, bf);
+    for (int j = lane; j < T; j += 32) {
+        const float p = j <= t ? __expf(scale * sm_ld(scores, base + j, bf) - l) : 0.0f;
+        sm_st(probs, base + j, p, bf);
+        if (drop) sm_st(dropped, base + j, j <= t ? p * sm_keep(d, r, j, T, Hq) : 0.0f, bf);
+    }
     if (lane == 0) lse[r] = l;
 }
+__global__ void __launch_bounds__(SM_WARPS * 32)
+    attn_causal_softmax_fwd(void *probs, float *lse, const void *scores, long long rows, int T, float scale, int bf) {
+    const fsdp_dropout none{};
+    softmax_fwd_body(probs, NULL, lse, scores, rows, T, scale, bf, 0, none, 1);
+}
+__global__ void __launch_bounds__(SM_WARPS * 32)
+    attn_causal_softmax_drop_fwd(void *probs, void *dropped, float *lse, const void *scores, long long rows, int T,
+                                 float scale, int bf, const fsdp_dropout d, int Hq) {
+    softmax_fwd_body(probs, dropped, lse, scores, rows, T, scale, bf, 1, d, Hq);
+}
 
-/* dscores = scale * P * (dP - sum_j dP_j P_j) over visible columns, 0 elsewhere; may alias dprobs. */
-__global__ void __launch_bounds__(SM_WARPS * 32) attn_causal_softmax_bwd(void *dscores, const void *dprobs,
-                                                                         const void *probs, long long rows, int T,
-                                                                         float scale, int bf) {
+/* dscores = scale * P * (dP - sum_j dP_j P_j) over visible columns, 0 elsewhere; may alias dprobs.
+ * With drop, dprobs is the gradient of the dropped probabilities: dP = keep' dprobs, and
+ * dropped = keep' P (for dV) is written. */
+static __device__ __forceinline__ void softmax_bwd_body(void *dscores, void *dropped, const void *dprobs,
+                                                        const void *probs, long long rows, int T, float scale, int bf,
+                                                        int drop, const fsdp_dropout &d, int Hq) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long r = (long long)blockIdx.x * SM_WARPS + warp;
     if (r >= rows) return;
     const int t = (int)(r % T);
     const long long base = r * T;
     float dot = 0.0f;
-    for (int j = lane; j <= t; j += 32) dot = fmaf(sm_ld(dprobs, base + j, bf), sm_ld(probs, base + j, bf), dot);
+    for (int j = lane; j <= t; j += 32) {
+        float dp = sm_ld(dprobs, base + j, bf);
+        if (drop) dp *= sm_keep(d, r, j, T, Hq);
+        dot = fmaf(dp, sm_ld(probs, base + j, bf), dot);
+    }
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
     for (int j = lane; j < T; j += 32) {
-        float v = 0.0f;
-        if (j <= t) v = scale * sm_ld(probs, base + j, bf) * (sm_ld(dprobs, base + j, bf) - dot);
+        float v = 0.0f, pd = 0.0f;
+        if (j <= t) {
+            const float p = sm_ld(probs, base + j, bf), k = drop ? sm_keep(d, r, j, T, Hq) : 1.0f;
+            v = scale * p * (sm_ld(dprobs, base + j, bf) * k - dot);
+            pd = p * k;
+        }
         sm_st(dscores, base + j, v, bf);
+        if (drop) sm_st(dropped, base + j, pd, bf);
     }
 }
+__global__ void __launch_bounds__(SM_WARPS * 32) attn_causal_softmax_bwd(void *dscores, const void *dprobs,
+                                                                         const void *probs, long long rows, int T,
+                                                                         float scale, int bf) {
+    const fsdp_dropout none{};
+    softmax_bwd_body(dscores, NULL, dprobs, probs, rows, T, scale, bf, 0, none, 1);
+}
+__global__ void __launch_bounds__(SM_WARPS * 32)
+    attn_causal_softmax_drop_bwd(void *dscores, void *dropped, const void *dprobs, const void *probs, long long rows,
+                                 int T, float scale, int bf, const fsdp_dropout d, int Hq) {
+    softmax_bwd_body(dscores, dropped, dprobs, probs, rows, T, scale, bf, 1, d, Hq);
+}
+
+static unsigned sm_blocks(long long rows) { return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS); }
 
 void fsdp_cuda_causal_softmax_forward(void *probs, float *lse, const void *scores, int BH, int T, float scale,
                                       fsdp_dtype act, cudaStream_t s) {
     const long long rows = (long long)BH * T;
     if (rows <= 0) return;
-    attn_causal_softmax_fwd<<<(unsigned)((rows + SM_WARPS - 1) / SM_WARPS), SM_WARPS * 32, 0, s>>>(
-        probs, lse, scores, rows, T, scale, act == FSDP_BF16);
+    attn_causal_softmax_fwd<<<sm_blocks(rows), SM_WARPS * 32, 0, s>>>(probs, lse, scores, rows, T, scale,
+                                                                      act == FSDP_BF16);
     attn_check_launch("attn_causal_softmax_fwd");
 }
 
@@ -112,7 +178,33 @@ void fsdp_cuda_causal_softmax_backward(void *dscores, const void *dprobs, const 
                                        float scale, fsdp_dtype act, cudaStream_t s) {
     const long long rows = (long long)BH * T;
     if (rows <= 0) return;
-    attn_causal_softmax_bwd<<<(unsigned)((rows + SM_WARPS - 1) / SM_WARPS), SM_WARPS * 32, 0, s>>>(
-        dscores, dprobs, probs, rows, T, scale, act == FSDP_BF16);
+    attn_causal_softmax_bwd<<<sm_blocks(rows), SM_WARPS * 32, 0, s>>>(dscores, dprobs, probs, rows, T, scale,
+                                                                      act == FSDP_BF16);
     attn_check_launch("attn_causal_softmax_bwd");
+}
+
+void fsdp_cuda_causal_softmax_dropout_forward(void *probs, void *dropped, float *lse, const void *scores, int B,
+                                              int Hq, int T, float scale, const fsdp_dropout *drop, fsdp_dtype act,
+                                              cudaStream_t s) {
+    if (!fsdp_dropout_active(drop))
+        fsdp_fatal("internal error: fsdp_cuda_causal_softmax_dropout_forward without dropout");
+    const long long rows = (long long)B * Hq * T;
+    if (rows <= 0) return;
+    fsdp_dropout_check_probs(drop, B, Hq, T);
+    attn_causal_softmax_drop_fwd<<<sm_blocks(rows), SM_WARPS * 32, 0, s>>>(probs, dropped, lse, scores, rows, T, scale,
+                                                                           act == FSDP_BF16, *drop, Hq);
+    attn_check_launch("attn_causal_softmax_drop_fwd");
+}
+
+void fsdp_cuda_causal_softmax_dropout_backward(void *dscores, void *dropped, const void *dprobs, const void *probs,
+                                               int B, int Hq, int T, float scale, const fsdp_dropout *drop,
+                                               fsdp_dtype act, cudaStream_t s) {
+    if (!fsdp_dropout_active(drop))
+        fsdp_fatal("internal error: fsdp_cuda_causal_softmax_dropout_backward without dropout");
+    const long long rows = (long long)B * Hq * T;
+    if (rows <= 0) return;
+    fsdp_dropout_check_probs(drop, B, Hq, T);
+    attn_causal_softmax_drop_bwd<<<sm_blocks(rows), SM_WARPS * 32, 0, s>>>(dscores, dropped, dprobs, probs, rows, T,
+                                                                           scale, act == FSDP_BF16, *drop, Hq);
+    attn_check_launch("attn_causal_softmax_drop_bwd");
 }

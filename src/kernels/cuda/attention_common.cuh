@@ -54,16 +54,26 @@ typedef struct {
     float sl2;   /* scale * log2(e): scores go to the exp2 domain with one FFMA */
 } attn_args;
 
+/* Dropout on the probabilities (src/kernels/dropout.h): P V uses keep . P / (1 - p). A separate
+ * kernel parameter of the kernels that can drop, so that attn_args, and with it the code of the
+ * plain tensor-core kernels, is what it is without dropout. */
+typedef struct {
+    fsdp_dropout drop;
+    int tb;     /* ceil(T / 16): the mask numbers its 16 x 16 tiles per side */
+    int active; /* 0: no dropout (the exact kernels test it at run time) */
+} attn_dropout;
+
 /* ---- host-side entry points between the attention files ---- */
 
 /* The tensor-core path (attention_flash_fwd.cu, attention_flash_bwd.cu): bf16, D in {64, 128},
  * 16-byte aligned tensors. Each returns 0 when it launched, -1 when the case is not its own (the
- * caller then runs the exact path). The backward expects a->delta to be ready. */
-int attn_tc_forward(const attn_args *a, cudaStream_t s);
-int attn_tc_backward(const attn_args *a, cudaStream_t s);
+ * caller then runs the exact path). The backward expects a->delta to be ready. dr->active launches
+ * separately compiled variants that drop (the plain kernels are unchanged). */
+int attn_tc_forward(const attn_args *a, const attn_dropout *dr, cudaStream_t s);
+int attn_tc_backward(const attn_args *a, const attn_dropout *dr, cudaStream_t s);
 /* The exact path (attention_exact.cu): any act dtype, 1 <= D <= ATTN_DMAX. */
-void attn_exact_forward(const attn_args *a, fsdp_dtype act, cudaStream_t s);
-void attn_exact_backward(const attn_args *a, fsdp_dtype act, cudaStream_t s);
+void attn_exact_forward(const attn_args *a, const attn_dropout *dr, fsdp_dtype act, cudaStream_t s);
+void attn_exact_backward(const attn_args *a, const attn_dropout *dr, fsdp_dtype act, cudaStream_t s);
 /* delta[b, h, t] = dout . out over D (attention_exact.cu), needed by both backward paths. */
 void attn_delta(const attn_args *a, fsdp_dtype act, cudaStream_t s);
 
@@ -161,6 +171,20 @@ static __device__ __forceinline__ uint32_t attn_lane_off_a(int lane, int ld) {
 static __device__ __forceinline__ uint32_t attn_lane_off_b(int lane, int ld) {
     return (uint32_t)((((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2);
 }
+/* Dropout keep bits of one Philox group of the probabilities of query tile ib and key tile jb (16
+ * rows or columns each) of head h: the elements (i7 + 8 r, j7 + 8 hh) of the tile, bit 2 r + hh
+ * (src/kernels/dropout.h). In an mma accumulator with queries as rows (flash forward, dQ) lane
+ * (g, c) holds them for i7 = g, j7 = 2c + e; with keys as rows (dK/dV), for i7 = 2c + e, j7 = g. */
+static __device__ __forceinline__ unsigned attn_drop_bits(const attn_dropout &dr, int64_t sample, int h, int ib,
+                                                          int jb, int i7, int j7) {
+    const uint64_t group = ((((uint64_t)h * (uint64_t)dr.tb + (uint64_t)ib) * (uint64_t)dr.tb + (uint64_t)jb) << 6) |
+                           (uint64_t)((i7 << 3) | j7);
+    const fsdp_philox4 w = fsdp_dropout_draw(&dr.drop, sample, group);
+    const uint32_t th = dr.drop.threshold;
+    return (unsigned)(w.w[0] >= th) | (unsigned)(w.w[1] >= th) << 1 | (unsigned)(w.w[2] >= th) << 2 |
+           (unsigned)(w.w[3] >= th) << 3;
+}
+
 /* Byte offset of element (r, c) of a tile with row stride ld. */
 static __device__ __forceinline__ uint32_t attn_at(int r, int c, int ld) { return (uint32_t)((r * ld + c) * 2); }
 

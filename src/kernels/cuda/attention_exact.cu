@@ -10,7 +10,11 @@
  * row j's dot products over D, the warp reduces what the online softmax needs, and the 32 weights
  * are broadcast by shuffles while every lane accumulates its own columns d = lane + 32 i of the
  * output (D <= ATTN_DMAX, so at most ATTN_DMAX / 32 accumulators per lane). Each kernel is
- * compiled once per dtype. */
+ * compiled once per dtype.
+ *
+ * Dropout (dr.active, a uniform branch): lane j draws the keep bit of its own (query, key) element
+ * (src/kernels/dropout.h); the forward accumulates keep . P and scales by 1 / (1 - p) with 1 / l,
+ * the backward uses keep' = keep / (1 - p) on dP and on the P of dV. */
 #include "attention_common.cuh"
 
 #define EX_WARPS 8
@@ -62,7 +66,7 @@ static __device__ __forceinline__ void ex_load_chunk(float *tx, float *ty, const
 
 /* Forward. Block (b*Hq + h, y) holds query rows t = T - 1 - EX_WARPS*y - warp (the longest rows
  * are launched first); a warp whose t < 0 only takes part in the barriers. */
-static __device__ __forceinline__ void ex_exact_fwd_body(const attn_args a, const int bf) {
+static __device__ __forceinline__ void ex_exact_fwd_body(const attn_args a, const attn_dropout &dr, const int bf) {
     extern __shared__ float ex_sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, T = a.T, D = a.D, lds = ex_lds(D);
     float *tk = ex_sm, *tv = tk + EX_CHUNK * lds, *q = tv + EX_CHUNK * lds + warp * 2 * D;
@@ -87,17 +91,18 @@ static __device__ __forceinline__ void ex_exact_fwd_body(const attn_args a, cons
         const float alpha = __expf(m - m_new), p = __expf(sc - m_new);
         l = l * alpha + ex_warp_sum(p);
         m = m_new;
+        const float pd = dr.active && j <= t && !fsdp_dropout_keep_probs(&dr.drop, b, h, t, j, T) ? 0.0f : p;
 #pragma unroll
         for (int i = 0; i < EX_ACC; i++) o[i] *= alpha;
         for (int jj = 0; jj < n; jj++) {
-            const float pj = __shfl_sync(0xffffffffu, p, jj);
+            const float pj = __shfl_sync(0xffffffffu, pd, jj);
 #pragma unroll
             for (int i = 0; i < EX_ACC; i++)
                 if (lane + 32 * i < D) o[i] = fmaf(pj, tv[jj * lds + lane + 32 * i], o[i]);
         }
     }
     if (t < 0) return;
-    const float inv = 1.0f / l;
+    const float inv = (dr.active ? dr.drop.scale : 1.0f) / l;
     const long long orow = ((tok0 + t) * a.Hq + h) * D;
 #pragma unroll
     for (int i = 0; i < EX_ACC; i++)
@@ -107,7 +112,7 @@ static __device__ __forceinline__ void ex_exact_fwd_body(const attn_args a, cons
 
 /* dq of query row t (rows laid out as in the forward): sum over keys j <= t of dS_j k_j, times
  * scale, with dS_j = P_j (dout . v_j - delta) and P_j = exp(scale q . k_j - lse). */
-static __device__ __forceinline__ void ex_exact_dq_body(const attn_args a, const int bf) {
+static __device__ __forceinline__ void ex_exact_dq_body(const attn_args a, const attn_dropout &dr, const int bf) {
     extern __shared__ float ex_sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, T = a.T, D = a.D, lds = ex_lds(D);
     float *tk = ex_sm, *tv = tk + EX_CHUNK * lds, *q = tv + EX_CHUNK * lds + warp * 2 * D, *dout = q + D;
@@ -137,7 +142,9 @@ static __device__ __forceinline__ void ex_exact_dq_body(const attn_args a, const
         float ds = 0.0f;
         if (j <= t) {
             const float p = __expf(ex_dot(q, tk + lane * lds, D) * a.scale - lse);
-            ds = p * (ex_dot(dout, tv + lane * lds, D) - delta);
+            float dp = ex_dot(dout, tv + lane * lds, D);
+            if (dr.active) dp = fsdp_dropout_keep_probs(&dr.drop, b, h, t, j, T) ? dp * dr.drop.scale : 0.0f;
+            ds = p * (dp - delta);
         }
         for (int jj = 0; jj < n; jj++) {
             const float dsj = __shfl_sync(0xffffffffu, ds, jj);
@@ -156,7 +163,7 @@ static __device__ __forceinline__ void ex_exact_dq_body(const attn_args a, const
 /* dk and dv of key j = EX_WARPS * y + warp of block (b*Hkv + g, y): sums over the group's heads
  * and the queries t >= j, walked in chunks from the block's first key (queries before a warp's
  * own key get P = 0). */
-static __device__ __forceinline__ void ex_exact_dkv_body(const attn_args a, const int bf) {
+static __device__ __forceinline__ void ex_exact_dkv_body(const attn_args a, const attn_dropout &dr, const int bf) {
     extern __shared__ float ex_sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, T = a.T, D = a.D, lds = ex_lds(D);
     float *tq = ex_sm, *tdo = tq + EX_CHUNK * lds, *k = tdo + EX_CHUNK * lds + warp * 2 * D, *v = k + D;
@@ -190,7 +197,14 @@ static __device__ __forceinline__ void ex_exact_dkv_body(const attn_args a, cons
             float p = 0.0f, ds = 0.0f;
             if (t < T && t >= j) {
                 p = __expf(ex_dot(k, tq + lane * lds, D) * a.scale - slse[lane]);
-                ds = p * (ex_dot(v, tdo + lane * lds, D) - sdl[lane]);
+                float dp = ex_dot(v, tdo + lane * lds, D);
+                if (dr.active) { /* p becomes the P of dV: keep' P */
+                    const float kp = fsdp_dropout_keep_probs(&dr.drop, b, h, t, j, T) ? dr.drop.scale : 0.0f;
+                    ds = p * (dp * kp - sdl[lane]);
+                    p *= kp;
+                } else {
+                    ds = p * (dp - sdl[lane]);
+                }
             }
             for (int tt = 0; tt < n; tt++) {
                 const float pt = __shfl_sync(0xffffffffu, p, tt), dst = __shfl_sync(0xffffffffu, ds, tt);
@@ -267,34 +281,44 @@ __global__ void __launch_bounds__(DELTA_THREADS) attn_delta_bf16x8(const attn_ar
 
 /* Each body compiled once per dtype, so that the loads' dtype test folds away. */
 #define EX_KERNELS(name, body)                                                                                \
-    __global__ void __launch_bounds__(EX_WARPS * 32, 1) name##_f32(const attn_args a) { body(a, 0); }        \
-    __global__ void __launch_bounds__(EX_WARPS * 32, 1) name##_bf16(const attn_args a) { body(a, 1); }
+    __global__ void __launch_bounds__(EX_WARPS * 32, 1) name##_f32(const attn_args a, const attn_dropout dr) { \
+        body(a, dr, 0);                                                                                       \
+    }                                                                                                         \
+    __global__ void __launch_bounds__(EX_WARPS * 32, 1) name##_bf16(const attn_args a, const attn_dropout dr) { \
+        body(a, dr, 1);                                                                                       \
+    }
 EX_KERNELS(attn_exact_fwd, ex_exact_fwd_body)
 EX_KERNELS(attn_exact_dq, ex_exact_dq_body)
 EX_KERNELS(attn_exact_dkv, ex_exact_dkv_body)
-EX_KERNELS(attn_delta, ex_delta_body)
+__global__ void __launch_bounds__(EX_WARPS * 32, 1) attn_delta_f32(const attn_args a) { ex_delta_body(a, 0); }
+__global__ void __launch_bounds__(EX_WARPS * 32, 1) attn_delta_bf16(const attn_args a) { ex_delta_body(a, 1); }
 
 static unsigned ex_blocks(long long rows) { return (unsigned)((rows + EX_WARPS - 1) / EX_WARPS); }
 
 /* Launches one of a pair of per-dtype kernels over grid (x, y) with the chunk tiles' shared memory. */
-static void ex_launch(void (*f32)(const attn_args), void (*bf16k)(const attn_args), const char *name,
-                      const attn_args *a, fsdp_dtype act, unsigned x, unsigned y, cudaStream_t s) {
+typedef void (*ex_kernel)(const attn_args, const attn_dropout);
+static void ex_launch(ex_kernel f32, ex_kernel bf16k, const char *name, const attn_args *a, const attn_dropout *dr,
+                      fsdp_dtype act, unsigned x, unsigned y, cudaStream_t s) {
     const int smem = (int)ex_smem_bytes(a->D);
-    void (*fn)(const attn_args) = act == FSDP_BF16 ? bf16k : f32;
+    ex_kernel fn = act == FSDP_BF16 ? bf16k : f32;
+    attn_dropout none;
+    memset(&none, 0, sizeof none);
     attn_set_smem((const void *)fn, smem, name);
-    fn<<<dim3(x, y), EX_WARPS * 32, smem, s>>>(*a);
+    fn<<<dim3(x, y), EX_WARPS * 32, smem, s>>>(*a, dr ? *dr : none);
     attn_check_launch(name);
 }
 
-void attn_exact_forward(const attn_args *a, fsdp_dtype act, cudaStream_t s) {
+void attn_exact_forward(const attn_args *a, const attn_dropout *dr, fsdp_dtype act, cudaStream_t s) {
     const unsigned rows = (unsigned)((a->T + EX_WARPS - 1) / EX_WARPS);
-    ex_launch(attn_exact_fwd_f32, attn_exact_fwd_bf16, "attn_exact_fwd", a, act, (unsigned)(a->B * a->Hq), rows, s);
+    ex_launch(attn_exact_fwd_f32, attn_exact_fwd_bf16, "attn_exact_fwd", a, dr, act, (unsigned)(a->B * a->Hq), rows,
+              s);
 }
 
-void attn_exact_backward(const attn_args *a, fsdp_dtype act, cudaStream_t s) {
+void attn_exact_backward(const attn_args *a, const attn_dropout *dr, fsdp_dtype act, cudaStream_t s) {
     const unsigned rows = (unsigned)((a->T + EX_WARPS - 1) / EX_WARPS);
-    ex_launch(attn_exact_dq_f32, attn_exact_dq_bf16, "attn_exact_dq", a, act, (unsigned)(a->B * a->Hq), rows, s);
-    ex_launch(attn_exact_dkv_f32, attn_exact_dkv_bf16, "attn_exact_dkv", a, act, (unsigned)(a->B * a->Hkv), rows, s);
+    ex_launch(attn_exact_dq_f32, attn_exact_dq_bf16, "attn_exact_dq", a, dr, act, (unsigned)(a->B * a->Hq), rows, s);
+    ex_launch(attn_exact_dkv_f32, attn_exact_dkv_bf16, "attn_exact_dkv", a, dr, act, (unsigned)(a->B * a->Hkv), rows,
+              s);
 }
 
 void attn_delta(const attn_args *a, fsdp_dtype act, cudaStream_t s) {

@@ -18,7 +18,13 @@
  * Each prefetch is issued right after the loop's one barrier, into the stage every warp has just
  * finished with. Causal masks are applied only on blocks that cross a warp's diagonal (and on the ragged last
  * query block: padding rows are zero-filled and their probabilities forced to 0). Outputs are
- * staged through the warp's own rows of a shared tile for 16-byte stores. */
+ * staged through the warp's own rows of a shared tile for 16-byte stores.
+ *
+ * Dropout (DROP = 1 variants) regenerates the forward's mask per tile (src/kernels/dropout.h):
+ * with keep' = keep / (1 - p), dV uses keep' P and dS = P (keep' dP - delta), where delta =
+ * rowsum(dout . out) is still sum_j (keep' P)_j dP_j because out was computed with the same mask.
+ * dkdv draws a lane's keep bits for a 16-query step once (into one register) and uses them for
+ * both products; dq masks dP in place. */
 #include "attention_common.cuh"
 
 /* Bounds of the register arrays (largest variant). */
@@ -51,8 +57,8 @@ static __device__ __forceinline__ void dkdv_load_step(const attn_args a, int it,
     }
 }
 
-static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, const int D, const int BR,
-                                                           const int KVREG) {
+static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, const attn_dropout &dr, const int DROP,
+                                                           const int D, const int BR, const int KVREG) {
     const int NT = DKDV_WARPS * 32, BC = 16 * DKDV_WARPS, LD = D + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sk = (bf16 *)smem;                 /* [BC][LD]; later dK staging */
@@ -138,6 +144,25 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
                 }
             }
 
+            /* Keep bits: bit 4 nt + e for element [nt][e] (nt = 2 np + query half, e = 2 key half +
+             * e1), from the group (i7 = 2c + e1, j7 = g) of query tile np. */
+            unsigned keep = 0;
+            if (DROP) {
+                const int h = kvh * a.group + it / nq, jb = kw >> 4;
+                const int64_t sample = dr.drop.sample_base + b;
+#pragma unroll
+                for (int np = 0; np < BR / 16; np++) {
+                    const int ib = (q0 >> 4) + np;
+                    if (jb > ib) continue; /* every query before every key: P is 0 */
+#pragma unroll
+                    for (int e1 = 0; e1 < 2; e1++) {
+                        const unsigned w = attn_drop_bits(dr, sample, h, ib, jb, 2 * c + e1, g);
+                        keep |= ((w & 1u) << e1 | ((w >> 1) & 1u) << (2 + e1)) << (8 * np);
+                        keep |= (((w >> 2) & 1u) << e1 | ((w >> 3) & 1u) << (2 + e1)) << (8 * np + 4);
+                    }
+                }
+            }
+
             /* P^T and dS^T. Rows are keys kw + g (+8), columns queries q0 + 8 nt + 2c (+1). A key
              * after its query, or a padding query >= T, gets P = 0 (hence dS = 0). */
             const int need_mask = q0 < kw + 15 || q0 + BR > T;
@@ -154,8 +179,14 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
                         const int key = kw + g + (e >> 1) * 8, q = q0 + nt * 8 + 2 * c + (e & 1);
                         if (q < key || q >= T) p = 0.0f;
                     }
-                    s[nt][e] = p;
-                    dp[nt][e] = p * (dp[nt][e] - dl[e & 1]);
+                    if (DROP) {
+                        const float k = (keep >> (4 * nt + e)) & 1u ? dr.drop.scale : 0.0f;
+                        s[nt][e] = p * k;
+                        dp[nt][e] = p * (dp[nt][e] * k - dl[e & 1]);
+                    } else {
+                        s[nt][e] = p;
+                        dp[nt][e] = p * (dp[nt][e] - dl[e & 1]);
+                    }
                 }
             }
 
@@ -198,7 +229,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
 
 /* ---- dQ ---------------------------------------------------------------------------------------- */
 
-static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, const int D, const int MT, const int BC) {
+static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, const attn_dropout &dr, const int DROP,
+                                                         const int D, const int MT, const int BC) {
     const int NT = DQ_WARPS * 32, BR = 16 * MT * DQ_WARPS, LD = D + 8, WR = 16 * MT;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sq = (bf16 *)smem;       /* [BR][LD]; later dQ staging */
@@ -289,6 +321,27 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
                     }
                 }
 
+            /* Dropout: dP = keep' dP, with the forward's lane layout (queries as rows). */
+            if (DROP) {
+                const int64_t sample = dr.drop.sample_base + b;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int np = 0; np < BC / 16; np++) {
+                        const int ib = (wr0 + mt * 16) >> 4, jb = (k0 >> 4) + np;
+                        if (jb > ib) continue; /* every key after every row: P is 0 */
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const unsigned w = attn_drop_bits(dr, sample, h, ib, jb, g, 2 * c + e);
+                            const float sc = dr.drop.scale;
+                            dp[mt][2 * np][e] *= w & 1u ? sc : 0.0f;
+                            dp[mt][2 * np + 1][e] *= w & 2u ? sc : 0.0f;
+                            dp[mt][2 * np][2 + e] *= w & 4u ? sc : 0.0f;
+                            dp[mt][2 * np + 1][2 + e] *= w & 8u ? sc : 0.0f;
+                        }
+                    }
+            }
+
             /* dS = P (dP - delta), P = exp2(S * scale * log2 e - lse * log2 e); keys after the row
              * get P = 0. */
             const int need_mask = k0 + BC - 1 > wr0;
@@ -356,14 +409,30 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 
 #define DKDV_KERNEL(name, ...)                                                                               \
     __global__ void __launch_bounds__(DKDV_WARPS * 32) name(const attn_args a) {                             \
-        flash_bwd_dkdv_body(a, __VA_ARGS__);                                                                 \
+        const attn_dropout none{};                                                                           \
+        flash_bwd_dkdv_body(a, none, 0, __VA_ARGS__);                                                        \
+    }
+#define DKDV_DROP_KERNEL(name, ...)                                                                          \
+    __global__ void __launch_bounds__(DKDV_WARPS * 32) name(const attn_args a, const attn_dropout dr) {     \
+        flash_bwd_dkdv_body(a, dr, 1, __VA_ARGS__);                                                          \
     }
 #define DQ_KERNEL(name, ...)                                                                                 \
-    __global__ void __launch_bounds__(DQ_WARPS * 32) name(const attn_args a) { flash_bwd_dq_body(a, __VA_ARGS__); }
+    __global__ void __launch_bounds__(DQ_WARPS * 32) name(const attn_args a) {                               \
+        const attn_dropout none{};                                                                           \
+        flash_bwd_dq_body(a, none, 0, __VA_ARGS__);                                                          \
+    }
+#define DQ_DROP_KERNEL(name, ...)                                                                            \
+    __global__ void __launch_bounds__(DQ_WARPS * 32) name(const attn_args a, const attn_dropout dr) {       \
+        flash_bwd_dq_body(a, dr, 1, __VA_ARGS__);                                                            \
+    }
 DKDV_KERNEL(flash_bwd_dkdv_d64, DKDV_D64)
 DKDV_KERNEL(flash_bwd_dkdv_d128, DKDV_D128)
 DQ_KERNEL(flash_bwd_dq_d64, DQ_D64)
 DQ_KERNEL(flash_bwd_dq_d128, DQ_D128)
+DKDV_DROP_KERNEL(flash_bwd_dkdv_drop_d64, DKDV_D64)
+DKDV_DROP_KERNEL(flash_bwd_dkdv_drop_d128, DKDV_D128)
+DQ_DROP_KERNEL(flash_bwd_dq_drop_d64, DQ_D64)
+DQ_DROP_KERNEL(flash_bwd_dq_drop_d128, DQ_D128)
 
 /* Shared memory: K and V tiles, two stages of Q and dO tiles and of lse and delta rows. */
 static int dkdv_smem(int D, int BR, int KVREG) { return (2 * 16 * DKDV_WARPS + 4 * BR) * (D + 8) * 2 + 4 * BR * 4; }
@@ -371,7 +440,7 @@ static int dq_br(int D, int MT, int BC) { return 16 * MT * DQ_WARPS; }
 /* Shared memory: Q and dO tiles, two stages of K and V. */
 static int dq_smem(int D, int MT, int BC) { return (2 * 16 * MT * DQ_WARPS + 4 * BC) * (D + 8) * 2; }
 
-int attn_tc_backward(const attn_args *a, cudaStream_t s) {
+int attn_tc_backward(const attn_args *a, const attn_dropout *dr, cudaStream_t s) {
     if (a->D != 64 && a->D != 128) return -1;
     const int d64 = a->D == 64;
     const int kv_threads = DKDV_WARPS * 32, kv_bc = 16 * DKDV_WARPS;
@@ -381,20 +450,28 @@ int attn_tc_backward(const attn_args *a, cudaStream_t s) {
     const int nkb = (a->T + kv_bc - 1) / kv_bc, nqb = (a->T + q_br - 1) / q_br;
     if (nkb > 65535 || nqb > 65535) return -1;
     const dim3 kv_grid((unsigned)(a->B * a->Hkv), (unsigned)nkb), q_grid((unsigned)(a->B * a->Hq), (unsigned)nqb);
-    if (d64) {
-        attn_set_smem((const void *)flash_bwd_dkdv_d64, kv_smem, "flash_bwd_dkdv_d64");
-        flash_bwd_dkdv_d64<<<kv_grid, kv_threads, kv_smem, s>>>(*a);
-        attn_check_launch("flash_bwd_dkdv_d64");
-        attn_set_smem((const void *)flash_bwd_dq_d64, q_smem, "flash_bwd_dq_d64");
-        flash_bwd_dq_d64<<<q_grid, DQ_WARPS * 32, q_smem, s>>>(*a);
-        attn_check_launch("flash_bwd_dq_d64");
+    if (dr && dr->active) {
+        const char *kv_name = d64 ? "flash_bwd_dkdv_drop_d64" : "flash_bwd_dkdv_drop_d128";
+        const char *q_name = d64 ? "flash_bwd_dq_drop_d64" : "flash_bwd_dq_drop_d128";
+        void (*kv)(const attn_args, const attn_dropout) = d64 ? flash_bwd_dkdv_drop_d64 : flash_bwd_dkdv_drop_d128;
+        void (*q)(const attn_args, const attn_dropout) = d64 ? flash_bwd_dq_drop_d64 : flash_bwd_dq_drop_d128;
+        attn_set_smem((const void *)kv, kv_smem, kv_name);
+        kv<<<kv_grid, kv_threads, kv_smem, s>>>(*a, *dr);
+        attn_check_launch(kv_name);
+        attn_set_smem((const void *)q, q_smem, q_name);
+        q<<<q_grid, DQ_WARPS * 32, q_smem, s>>>(*a, *dr);
+        attn_check_launch(q_name);
     } else {
-        attn_set_smem((const void *)flash_bwd_dkdv_d128, kv_smem, "flash_bwd_dkdv_d128");
-        flash_bwd_dkdv_d128<<<kv_grid, kv_threads, kv_smem, s>>>(*a);
-        attn_check_launch("flash_bwd_dkdv_d128");
-        attn_set_smem((const void *)flash_bwd_dq_d128, q_smem, "flash_bwd_dq_d128");
-        flash_bwd_dq_d128<<<q_grid, DQ_WARPS * 32, q_smem, s>>>(*a);
-        attn_check_launch("flash_bwd_dq_d128");
+        const char *kv_name = d64 ? "flash_bwd_dkdv_d64" : "flash_bwd_dkdv_d128";
+        const char *q_name = d64 ? "flash_bwd_dq_d64" : "flash_bwd_dq_d128";
+        void (*kv)(const attn_args) = d64 ? flash_bwd_dkdv_d64 : flash_bwd_dkdv_d128;
+        void (*q)(const attn_args) = d64 ? flash_bwd_dq_d64 : flash_bwd_dq_d128;
+        attn_set_smem((const void *)kv, kv_smem, kv_name);
+        kv<<<kv_grid, kv_threads, kv_smem, s>>>(*a);
+        attn_check_launch(kv_name);
+        attn_set_smem((const void *)q, q_smem, q_name);
+        q<<<q_grid, DQ_WARPS * 32, q_smem, s>>>(*a);
+        attn_check_launch(q_name);
     }
     return 0;
 }

@@ -13,7 +13,13 @@
  *
  * Head-dimension variants are separate kernels that call one force-inlined body with constant
  * tile parameters; its register arrays are sized for the largest variant and shrink to what the
- * constants touch once the loops unroll. */
+ * constants touch once the loops unroll.
+ *
+ * Dropout (DROP = 1 variants): after the online softmax, the probabilities a lane holds are
+ * zeroed where the mask drops them, before they become P V's A operand; l keeps the undropped sum
+ * (lse stays the softmax's) and 1 / (1 - p) joins 1 / l in the epilogue. The lane's 8 elements of
+ * a 16 x 16 tile are two whole Philox groups (src/kernels/dropout.h), and tiles wholly above the
+ * diagonal draw nothing. */
 #include "attention_common.cuh"
 
 #define FWD_WARPS 4
@@ -22,8 +28,8 @@
 #define FWD_BC_MAX 64
 #define FWD_D_MAX 128
 
-static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const int D, const int MT, const int BC,
-                                                      const int QREG) {
+static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const attn_dropout &dr, const int DROP,
+                                                      const int D, const int MT, const int BC, const int QREG) {
     const int NT = FWD_WARPS * 32, BR = 16 * MT * FWD_WARPS, LD = D + 8, WR = 16 * MT; /* WR rows per warp */
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sq = (bf16 *)smem;        /* [BR][LD]; later the output staging area */
@@ -169,6 +175,25 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const i
                     }
                 }
 
+            if (DROP) {
+                const int64_t sample = dr.drop.sample_base + b;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int np = 0; np < BC / 16; np++) {
+                        const int ib = (wr0 + mt * 16) >> 4, jb = (k0 >> 4) + np;
+                        if (jb > ib) continue; /* every key after every row: P is 0 already */
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const unsigned keep = attn_drop_bits(dr, sample, h, ib, jb, g, 2 * c + e);
+                            if (!(keep & 1u)) s[mt][2 * np][e] = 0.0f;
+                            if (!(keep & 2u)) s[mt][2 * np + 1][e] = 0.0f;
+                            if (!(keep & 4u)) s[mt][2 * np][2 + e] = 0.0f;
+                            if (!(keep & 8u)) s[mt][2 * np + 1][2 + e] = 0.0f;
+                        }
+                    }
+            }
+
             /* O += P V: V is stored [key][dim] = [k][n], so its B fragments come from .trans. */
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {
@@ -201,7 +226,7 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const i
             float lt = l[mt][r];
             lt += __shfl_xor_sync(0xffffffffu, lt, 1);
             lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            const float inv = 1.0f / lt;
+            const float inv = DROP ? dr.drop.scale / lt : 1.0f / lt;
             const int row = mt * 16 + g + r * 8; /* inside the warp's rows */
 #pragma unroll
             for (int dt = 0; dt < D / 8; dt++)
@@ -221,31 +246,45 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const i
 #define FWD_D64 64, 2, 64, 1
 #define FWD_D128 128, 2, 32, 0
 
-#define FWD_KERNEL(name, ...) \
-    __global__ void __launch_bounds__(FWD_WARPS * 32) name(const attn_args a) { flash_fwd_body(a, __VA_ARGS__); }
+#define FWD_KERNEL(name, ...)                                                                                \
+    __global__ void __launch_bounds__(FWD_WARPS * 32) name(const attn_args a) {                             \
+        const attn_dropout none{};                                                                           \
+        flash_fwd_body(a, none, 0, __VA_ARGS__);                                                             \
+    }
+#define FWD_DROP_KERNEL(name, ...)                                                                           \
+    __global__ void __launch_bounds__(FWD_WARPS * 32) name(const attn_args a, const attn_dropout dr) {      \
+        flash_fwd_body(a, dr, 1, __VA_ARGS__);                                                               \
+    }
 FWD_KERNEL(flash_fwd_d64, FWD_D64)
 FWD_KERNEL(flash_fwd_d128, FWD_D128)
+FWD_DROP_KERNEL(flash_fwd_drop_d64, FWD_D64)
+FWD_DROP_KERNEL(flash_fwd_drop_d128, FWD_D128)
 
 /* Shared memory of a variant: the Q tile and two stages of K and V. */
 static int fwd_smem(int D, int MT, int BC, int QREG) { return (16 * MT * FWD_WARPS + 4 * BC) * (D + 8) * 2; }
 /* Queries per CTA. */
 static int fwd_br(int D, int MT, int BC, int QREG) { return 16 * MT * FWD_WARPS; }
 
-int attn_tc_forward(const attn_args *a, cudaStream_t s) {
+int attn_tc_forward(const attn_args *a, const attn_dropout *dr, cudaStream_t s) {
     if (a->D != 64 && a->D != 128) return -1;
     const int br = a->D == 64 ? fwd_br(FWD_D64) : fwd_br(FWD_D128);
     const int smem = a->D == 64 ? fwd_smem(FWD_D64) : fwd_smem(FWD_D128);
     const int nqb = (a->T + br - 1) / br;
     if (nqb > 65535) return -1;
     const dim3 grid((unsigned)(a->B * a->Hq), (unsigned)nqb), block(FWD_WARPS * 32);
-    if (a->D == 64) {
-        attn_set_smem((const void *)flash_fwd_d64, smem, "flash_fwd_d64");
-        flash_fwd_d64<<<grid, block, smem, s>>>(*a);
-        attn_check_launch("flash_fwd_d64");
+    const int d64 = a->D == 64;
+    if (dr && dr->active) {
+        const char *name = d64 ? "flash_fwd_drop_d64" : "flash_fwd_drop_d128";
+        void (*kernel)(const attn_args, const attn_dropout) = d64 ? flash_fwd_drop_d64 : flash_fwd_drop_d128;
+        attn_set_smem((const void *)kernel, smem, name);
+        kernel<<<grid, block, smem, s>>>(*a, *dr);
+        attn_check_launch(name);
     } else {
-        attn_set_smem((const void *)flash_fwd_d128, smem, "flash_fwd_d128");
-        flash_fwd_d128<<<grid, block, smem, s>>>(*a);
-        attn_check_launch("flash_fwd_d128");
+        const char *name = d64 ? "flash_fwd_d64" : "flash_fwd_d128";
+        void (*kernel)(const attn_args) = d64 ? flash_fwd_d64 : flash_fwd_d128;
+        attn_set_smem((const void *)kernel, smem, name);
+        kernel<<<grid, block, smem, s>>>(*a);
+        attn_check_launch(name);
     }
     return 0;
 }

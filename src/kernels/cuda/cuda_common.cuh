@@ -97,6 +97,29 @@ static __device__ __forceinline__ unsigned pack_bf16x2(float a, float b) {
     return *(const unsigned *)&h;
 }
 
+/* The storage form of 8 floats (rounded to bf16 in bf16 mode), and its 16- or 32-byte store. */
+static __device__ __forceinline__ fsdp_raw8 pack8(const float *v, int bf16) {
+    fsdp_raw8 r;
+    if (bf16) {
+        r.lo = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+                          pack_bf16x2(v[6], v[7]));
+        r.hi = make_uint4(0u, 0u, 0u, 0u);
+    } else {
+        r.lo = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+        r.hi = make_uint4(__float_as_uint(v[4]), __float_as_uint(v[5]), __float_as_uint(v[6]), __float_as_uint(v[7]));
+    }
+    return r;
+}
+static __device__ __forceinline__ void st_raw8(void *p, size_t chunk, int bf16, fsdp_raw8 r) {
+    if (bf16) {
+        ((uint4 *)p)[chunk] = r.lo;
+    } else {
+        uint4 *q = (uint4 *)p + 2 * chunk;
+        q[0] = r.lo;
+        q[1] = r.hi;
+    }
+}
+
 static __device__ __forceinline__ void ld8(const void *p, size_t chunk, int bf16, float *v) {
     unpack8(ld_raw8(p, chunk, bf16), bf16, v);
 }
@@ -150,6 +173,19 @@ static __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+
+/* ---- device side: dropout masks (src/kernels/dropout.h) ------------------------------------------ */
+
+/* Keep bits (bit e = element e) of the 8 consecutive elements of a sample's tensor that start at
+ * element 4 * group (two Philox groups). */
+static __device__ __forceinline__ unsigned drop_bits8(const fsdp_dropout &d, int64_t sample, uint64_t group) {
+    const fsdp_philox4 a = fsdp_dropout_draw(&d, sample, group), b = fsdp_dropout_draw(&d, sample, group + 1);
+    unsigned bits = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        bits |= (unsigned)(a.w[i] >= d.threshold) << i | (unsigned)(b.w[i] >= d.threshold) << (i + 4);
+    return bits;
 }
 
 /* ---- device side: reductions -------------------------------------------------------------------- */
