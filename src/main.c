@@ -14,6 +14,7 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"train", fsdp_cmd_train, "train or fine-tune a Llama or OPT model with FSDP over MPI ranks"},
+    {"export", fsdp_cmd_export, "write a checkpoint as a Hugging Face model directory (safetensors) for transformers"},
 };
 
 static void usage(FILE *out) {

@@ -71,32 +71,43 @@ static fsdp_ckpt_tensor *tensor_table(const fsdp_trainer *t) {
     return tab;
 }
 
+int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float *m, float *v, fsdp_ckpt_piece *out) {
+    int n = 0;
+    fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+    const fsdp_unit_desc *ud = &t->layout.units[u];
+    int64_t lo = view.start, hi = view.start + view.valid;
+    for (int k = 0; k < ud->num_params; k++) {
+        int pi = ud->first_param + k;
+        const fsdp_param_desc *p = &t->layout.params[pi];
+        int64_t a = p->offset > lo ? p->offset : lo;
+        int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= b) continue;
+        int64_t at = a - view.start;
+        out[n].tensor = pi;
+        out[n].start = a - p->offset;
+        out[n].count = b - a;
+        out[n].param = master + at;
+        out[n].exp_avg = m ? m + at : NULL;
+        out[n].exp_avg_sq = v ? v + at : NULL;
+        n++;
+    }
+    return n;
+}
+
 /* Pieces of this rank's shards; host arrays are laid out unit after unit like the device shards. */
 static int build_pieces(const fsdp_trainer *t, float *master, float *m, float *v, fsdp_ckpt_piece *out) {
     int n = 0;
     int64_t base = 0;
     for (int u = 0; u < t->layout.num_units; u++) {
-        fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-        const fsdp_unit_desc *ud = &t->layout.units[u];
-        int64_t lo = view.start, hi = view.start + view.valid;
-        for (int k = 0; k < ud->num_params; k++) {
-            int pi = ud->first_param + k;
-            const fsdp_param_desc *p = &t->layout.params[pi];
-            int64_t a = p->offset > lo ? p->offset : lo;
-            int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-            if (a >= b) continue;
-            int64_t at = base + (a - view.start);
-            out[n].tensor = pi;
-            out[n].start = a - p->offset;
-            out[n].count = b - a;
-            out[n].param = master + at;
-            out[n].exp_avg = m ? m + at : NULL;
-            out[n].exp_avg_sq = v ? v + at : NULL;
-            n++;
-        }
-        base += view.len;
+        n += fsdp_trainer_unit_pieces(t, u, master + base, m ? m + base : NULL, v ? v + base : NULL, out + n);
+        base += fsdp_engine_view(t->eng, u).len;
     }
     return n;
+}
+
+void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
+    fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+    to_device(t, view.master, master, view.len);
 }
 
 int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {
