@@ -174,7 +174,6 @@ static int by_offset(const void *a, const void *b) {
 /* The data of a file must be covered exactly: tensors back to back from the end of the header to
  * the end of the file, as the reference implementation requires. */
 static int check_coverage(const char *path, tensor_list *l, uint64_t data_start, uint64_t file_size, fsdp_err *err) {
-    qsort(l->items, (size_t)l->count, sizeof *l->items, by_offset);
     uint64_t at = data_start, data_len = file_size - data_start;
     for (int i = 0; i < l->count; i++) {
         const fsdp_st_tensor *t = &l->items[i];
@@ -184,6 +183,11 @@ static int check_coverage(const char *path, tensor_list *l, uint64_t data_start,
                              "%s: tensor %s: data_offsets [%llu, %llu] reach past the end of the data (%llu bytes): "
                              "the file is truncated or the header is wrong",
                              path, t->name, b, e, (unsigned long long)data_len);
+    }
+    qsort(l->items, (size_t)l->count, sizeof *l->items, by_offset);
+    for (int i = 0; i < l->count; i++) {
+        const fsdp_st_tensor *t = &l->items[i];
+        unsigned long long b = t->offset - data_start, e = b + t->nbytes;
         if (t->offset < at)
             return fsdp_errf(err, "%s: tensor %s: data_offsets [%llu, %llu] overlap the previous tensor's data", path,
                              t->name, b, e);
