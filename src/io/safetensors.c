@@ -463,3 +463,10 @@ int fsdp_st_read_f32(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t star
                          (long long)(start + failed_at), saved_errno ? strerror(saved_errno) : "the file ended early");
     return 0;
 }
+
+void fsdp_st_prefetch(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count) {
+    size_t es = (size_t)fsdp_st_dtype_bits(t->dtype) / 8;
+    if (es == 0 || start < 0 || count <= 0 || start + count > t->numel) return;
+    posix_fadvise(s->files[t->file].fd, (off_t)(t->offset + (uint64_t)start * es), (off_t)((uint64_t)count * es),
+                  POSIX_FADV_WILLNEED);
+}

@@ -101,6 +101,11 @@ int fsdp_st_check(const fsdp_st_set *s, const fsdp_st_expect *want, int num_want
 int fsdp_st_read_f32(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, float *out,
                      fsdp_err *err);
 
+/* Asks the kernel to start reading those elements' bytes into the page cache (posix_fadvise
+ * WILLNEED), so that a later fsdp_st_read_f32 finds them there; best effort, may block while the
+ * reads are submitted. */
+void fsdp_st_prefetch(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count);
+
 /* IEEE half -> float, exactly (subnormals, infinities and NaNs included). */
 float fsdp_f16_to_f32(uint16_t h);
 

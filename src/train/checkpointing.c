@@ -41,17 +41,23 @@ static void to_host(fsdp_trainer *t, float *dst, const void *src, int64_t n) {
 static void to_device(fsdp_trainer *t, void *dst, const float *src, int64_t n) {
     fsdp_backend *be = t->be;
     size_t es = be->dtype_size(be, t->opt.master_dtype);
+    if (es == sizeof(float) && t->opt.master_dtype == FSDP_F32) { /* nothing to convert: no staging copy */
+        be->copy_h2d(be, dst, src, (size_t)n * sizeof(float), be->compute);
+        be->stream_synchronize(be, be->compute);
+        return;
+    }
     if (es == sizeof(float)) {
         float *tmp = fsdp_xmalloc((size_t)n * sizeof(float), "checkpoint staging");
         /* A bf16 master emulated in fp32 storage keeps bf16 values. */
-        for (int64_t i = 0; i < n; i++)
-            tmp[i] = t->opt.master_dtype == FSDP_BF16 ? fsdp_round_bf16(src[i]) : src[i];
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) tmp[i] = fsdp_round_bf16(src[i]);
         be->copy_h2d(be, dst, tmp, (size_t)n * sizeof(float), be->compute);
         be->stream_synchronize(be, be->compute);
         free(tmp);
         return;
     }
     uint16_t *tmp = fsdp_xmalloc((size_t)n * sizeof(uint16_t), "checkpoint staging");
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) tmp[i] = fsdp_f32_to_bf16(src[i]);
     be->copy_h2d(be, dst, tmp, (size_t)n * sizeof(uint16_t), be->compute);
     be->stream_synchronize(be, be->compute);

@@ -392,7 +392,7 @@ int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
         } else {
             char from[4400];
             double secs = fsdp_now() - t0;
-            fsdp_log("export: wrote %s: %d weight file%s, %.2f GB (%s) from %s in %.1f s (%.0f MB/s)\n", o->out,
+            fsdp_log("export: wrote %s: %d weight file%s, %.2f GB (%s) from %s in %.2f s (%.0f MB/s)\n", o->out,
                      plan.num_files, plan.num_files == 1 ? "" : "s", plan.total_bytes / 1e9, o->bf16 ? "bf16" : "fp32",
                      source_text(&s, from, sizeof from), secs, secs > 0 ? plan.total_bytes / secs / 1e6 : 0.0);
         }

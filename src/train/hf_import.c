@@ -2,6 +2,7 @@
  * read shard by shard. */
 #include "hf_import.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,21 @@ static int from_checkpoint(fsdp_trainer *t, progress *p, fsdp_err *err) {
     return rc;
 }
 
+/* The next unit's bytes are read into the page cache on a helper thread while this unit is copied
+ * to the device: the disk keeps reading instead of waiting for the copy. */
+typedef struct {
+    const fsdp_hf_weights *w;
+    const fsdp_ckpt_piece *pieces;
+    int n;
+} prefetch_job;
+
+static void *prefetch_main(void *arg) {
+    const prefetch_job *job = arg;
+    for (int i = 0; i < job->n; i++)
+        fsdp_hf_weights_prefetch(job->w, job->pieces[i].tensor, job->pieces[i].start, job->pieces[i].count);
+    return NULL;
+}
+
 static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
     const fsdp_layout *l = &t->layout;
     fsdp_hf_weights w;
@@ -151,19 +167,26 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
         if (rc == 0) fsdp_hf_weights_close(&w);
         return -1;
     }
-    float *host = fsdp_xmalloc((size_t)max_shard(t) * sizeof(float), "init-from staging");
+    /* Page-locked on a GPU host, so that the copy to the device runs at full speed. */
+    float *host = t->be->alloc_host(t->be, (size_t)max_shard(t) * sizeof(float), "init-from staging");
     fsdp_ckpt_piece *pieces = fsdp_xcalloc((size_t)l->num_params, sizeof *pieces, "init-from pieces");
+    fsdp_ckpt_piece *next = fsdp_xcalloc((size_t)l->num_params, sizeof *next, "init-from pieces");
     for (int u = 0; u < l->num_units && rc == 0; u++) {
+        prefetch_job job = {&w, next, u + 1 < l->num_units ? fsdp_trainer_unit_pieces(t, u + 1, host, NULL, NULL, next) : 0};
+        pthread_t helper;
+        int helping = job.n > 0 && pthread_create(&helper, NULL, prefetch_main, &job) == 0;
         memset(host, 0, (size_t)fsdp_engine_view(t->eng, u).len * sizeof(float));
         int n = fsdp_trainer_unit_pieces(t, u, host, NULL, NULL, pieces);
         for (int i = 0; i < n && rc == 0; i++)
             rc = fsdp_hf_weights_read(&w, pieces[i].tensor, pieces[i].start, pieces[i].count, pieces[i].param,
                                       &p->bytes, err);
         if (rc == 0) fsdp_trainer_unit_set_master(t, u, host);
+        if (helping) pthread_join(helper, NULL);
         if (rc == 0) report(p, u + 1);
     }
+    free(next);
     free(pieces);
-    free(host);
+    t->be->free_host(t->be, host);
     char what[160];
     fsdp_hf_weights_describe(&w, what, sizeof what);
     fsdp_hf_weights_close(&w);

@@ -78,6 +78,11 @@ int fsdp_hf_weights_read(fsdp_hf_weights *w, int param, int64_t start, int64_t c
     return 0;
 }
 
+void fsdp_hf_weights_prefetch(const fsdp_hf_weights *w, int param, int64_t start, int64_t count) {
+    fsdp_st_prefetch(&w->set, w->by_param[param], start, count);
+    if (w->tied_head && param == w->embed_param) fsdp_st_prefetch(&w->set, w->tied_head, start, count);
+}
+
 void fsdp_hf_weights_close(fsdp_hf_weights *w) {
     fsdp_st_close(&w->set);
     free(w->by_param);

@@ -31,6 +31,8 @@ int fsdp_hf_weights_open(const char *dir, const fsdp_model_config *cfg, const fs
 /* Elements [start, start + count) of layout parameter `param` as fp32; *bytes grows by what was read. */
 int fsdp_hf_weights_read(fsdp_hf_weights *w, int param, int64_t start, int64_t count, float *out, int64_t *bytes,
                          fsdp_err *err);
+/* Starts reading those elements (and the tied lm_head.weight's) into the page cache. Thread-safe. */
+void fsdp_hf_weights_prefetch(const fsdp_hf_weights *w, int param, int64_t start, int64_t count);
 void fsdp_hf_weights_close(fsdp_hf_weights *w);
 /* "2 files, bf16" for messages. */
 void fsdp_hf_weights_describe(const fsdp_hf_weights *w, char *buf, int cap);
