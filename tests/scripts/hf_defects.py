@@ -157,7 +157,7 @@ for name, edit, needles in (
         ("hole", lambda h: h.pop(UP), ["hole"]),
 ):
     d, f = raw_variant(name, edit)
-    init_from("malformed header: " + name, d, [f] + needles)
+    init_from("malformed header: " + name, d, [f] + needles, nprocs=1)
 
 
 def out_of_bounds(h):
