@@ -88,6 +88,18 @@ t.run(2, ["train", "--init-from", bf16, "--steps", "1", "--lr", "0", "--metrics"
 t.check(first_loss(mb) != first_loss(os.path.join(d, "resume-2-sharded.jsonl")),
         "a bf16-rounded import gives a different first loss (the loss check is sensitive)")
 
+# A bf16 master holds the imported fp32 weights rounded to nearest even, on a layout with replicas.
+cb = os.path.join(d, "ck-bf16-master")
+t.run(4, ["train", "--init-from", os.path.join(d, "single"), "--strategy", "HYBRID", "--ranks-per-node", "2",
+          "--model-precision", "bf16", "--steps", "1", "--lr", "0", "--ckpt-dir", cb, "--seq", str(SEQ), "--mbs", "1",
+          "--data", os.path.join(d, "tokens.bin")])
+ref = weights(os.path.join(d, "ck", "step-00000003.h5"))
+got = weights(os.path.join(cb, "step-00000001.h5"))
+t.check(set(got) == set(ref) and all(np.array_equal((got[k].view(np.uint32) >> 16).astype(np.uint16),
+                                                    st.bf16_nearest_even(ref[k]).reshape(ref[k].shape)) and
+                                     not (got[k].view(np.uint32) & 0xFFFF).any() for k in ref),
+        "--model-precision bf16, HYBRID on 4 ranks: the master is the import rounded to nearest even")
+
 # --model agreeing with --init-from is accepted; the same model is trained.
 m2 = os.path.join(d, "import-with-model.jsonl")
 t.run(2, ["train", "--init-from", os.path.join(d, "single"), "--model", "tiny-llama", "--steps", "1", "--lr", "0",
