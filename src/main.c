@@ -18,6 +18,7 @@ static const command COMMANDS[] = {
     {"tokenize", fsdp_cmd_tokenize, "encode text to token ids (or decode ids) with a Hugging Face tokenizer.json"},
     {"prepare", fsdp_cmd_prepare, "tokenize text, JSON Lines or Alpaca data into token files for training"},
     {"plan", fsdp_cmd_plan, "the memory a training configuration reserves per GPU, and the largest micro-batch that fits"},
+    {"export", fsdp_cmd_export, "write a checkpoint as a Hugging Face model directory (safetensors) for transformers"},
 };
 
 static void usage(FILE *out) {

@@ -33,6 +33,7 @@ static const char EPILOGUE[] =
     "Launch with mpirun or srun: every rank is one data-parallel worker (one GPU on a GPU host).\n"
     "  mpirun -np 2 fsdp train --model tiny-llama --steps 20 --ckpt-dir ckpt\n"
     "  srun fsdp train --model llama-3.2-1b --mbs 16 --strategy FULL --metrics run.jsonl\n"
+    "  mpirun -np 4 fsdp train --init-from path/to/hf-model --data tokens.bin --ckpt-dir ckpt\n"
     "On the CPU backend bf16 is emulated (values rounded to bf16, stored in fp32) and --attn flash is the\n"
     "same exact attention as eager without keeping the seq x seq probabilities. Formats of token files,\n"
     "checkpoints and metrics: docs/FORMATS.md.\n";
@@ -42,7 +43,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
     const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
     const char *gather_engine = "sm", *reduce_engine = "sm";
-    const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL, *mbs_text = "4";
+    const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL, *mbs_text = "4", *init_from = NULL;
     int ranks_per_node = 0, prefetch = 1, max_live = 2, mbs = 4, seq = 1024, grad_accum = 1, steps = 20;
     int global_batch = 0;
     double memory_limit_gib = 0.0;
@@ -54,6 +55,11 @@ int fsdp_cmd_train(int argc, char **argv) {
         {"model", FSDP_ARG_STRING, &model, "NAME|PATH",
          "A preset (llama-3.2-1b, llama-2-7b, opt-1.3b, qwen2.5-0.5b, tiny-llama, tiny-opt, tiny-qwen2) or a Hugging "
          "Face config.json (or its directory) of a llama, opt or qwen2 model.", 1, 0, NULL, 0},
+        {"init-from", FSDP_ARG_STRING, &init_from, "DIR|FILE",
+         "Start from pretrained weights: a Hugging Face model directory (config.json and model.safetensors, or "
+         "model.safetensors.index.json and its files) or an fsdp.c checkpoint (its weights; the optimizer starts "
+         "fresh at step 0). The model is the one it holds, so --model is not needed (given, it must be the same "
+         "model). Every rank reads only its own shard.", 1, 0, NULL, 0},
         {"strategy", FSDP_ARG_STRING, &strategy, "S",
          "Sharding: FULL (ZeRO-3; alias FULL_SHARD), SHARD_GRAD_OP (ZeRO-2), NO_SHARD (DDP) or HYBRID (FULL inside a "
          "node, replicated across nodes; alias HYBRID_SHARD). Case-insensitive.", 1, 0, NULL, 0},
@@ -150,6 +156,11 @@ int fsdp_cmd_train(int argc, char **argv) {
         fsdp_usagef(&err, "train: --strategy '%s' is not one of: FULL, SHARD_GRAD_OP, NO_SHARD, HYBRID", strategy);
         fsdp_exit_error(&err, 0);
     }
+    if (init_from && resume) {
+        fsdp_usagef(&err, "train: --init-from and --resume are exclusive (--init-from starts a new run from "
+                          "pretrained weights; --resume continues a run)");
+        fsdp_exit_error(&err, 0);
+    }
     if (resume && !strcmp(resume, "auto") && !ckpt_dir) {
         fsdp_usagef(&err, "train: --resume auto needs --ckpt-dir");
         fsdp_exit_error(&err, 0);
@@ -158,7 +169,9 @@ int fsdp_cmd_train(int argc, char **argv) {
         fsdp_usagef(&err, "train: --ckpt-every and --keep need --ckpt-dir");
         fsdp_exit_error(&err, 0);
     }
-    o.model = model;
+    /* With --init-from the model is the one it holds; --model then only has to agree with it. */
+    o.model = init_from && !fsdp_args_find(&spec, "model")->seen ? NULL : model;
+    o.init_from = init_from;
     o.ranks_per_node = ranks_per_node;
     o.prefetch = prefetch;
     o.max_live = max_live;

@@ -41,17 +41,23 @@ static void to_host(fsdp_trainer *t, float *dst, const void *src, int64_t n) {
 static void to_device(fsdp_trainer *t, void *dst, const float *src, int64_t n) {
     fsdp_backend *be = t->be;
     size_t es = be->dtype_size(be, t->opt.master_dtype);
+    if (es == sizeof(float) && t->opt.master_dtype == FSDP_F32) { /* nothing to convert: no staging copy */
+        be->copy_h2d(be, dst, src, (size_t)n * sizeof(float), be->compute);
+        be->stream_synchronize(be, be->compute);
+        return;
+    }
     if (es == sizeof(float)) {
         float *tmp = fsdp_xmalloc((size_t)n * sizeof(float), "checkpoint staging");
         /* A bf16 master emulated in fp32 storage keeps bf16 values. */
-        for (int64_t i = 0; i < n; i++)
-            tmp[i] = t->opt.master_dtype == FSDP_BF16 ? fsdp_round_bf16(src[i]) : src[i];
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) tmp[i] = fsdp_round_bf16(src[i]);
         be->copy_h2d(be, dst, tmp, (size_t)n * sizeof(float), be->compute);
         be->stream_synchronize(be, be->compute);
         free(tmp);
         return;
     }
     uint16_t *tmp = fsdp_xmalloc((size_t)n * sizeof(uint16_t), "checkpoint staging");
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) tmp[i] = fsdp_f32_to_bf16(src[i]);
     be->copy_h2d(be, dst, tmp, (size_t)n * sizeof(uint16_t), be->compute);
     be->stream_synchronize(be, be->compute);
@@ -71,32 +77,43 @@ static fsdp_ckpt_tensor *tensor_table(const fsdp_trainer *t) {
     return tab;
 }
 
+int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float *m, float *v, fsdp_ckpt_piece *out) {
+    int n = 0;
+    fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+    const fsdp_unit_desc *ud = &t->layout.units[u];
+    int64_t lo = view.start, hi = view.start + view.valid;
+    for (int k = 0; k < ud->num_params; k++) {
+        int pi = ud->first_param + k;
+        const fsdp_param_desc *p = &t->layout.params[pi];
+        int64_t a = p->offset > lo ? p->offset : lo;
+        int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= b) continue;
+        int64_t at = a - view.start;
+        out[n].tensor = pi;
+        out[n].start = a - p->offset;
+        out[n].count = b - a;
+        out[n].param = master + at;
+        out[n].exp_avg = m ? m + at : NULL;
+        out[n].exp_avg_sq = v ? v + at : NULL;
+        n++;
+    }
+    return n;
+}
+
 /* Pieces of this rank's shards; host arrays are laid out unit after unit like the device shards. */
 static int build_pieces(const fsdp_trainer *t, float *master, float *m, float *v, fsdp_ckpt_piece *out) {
     int n = 0;
     int64_t base = 0;
     for (int u = 0; u < t->layout.num_units; u++) {
-        fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-        const fsdp_unit_desc *ud = &t->layout.units[u];
-        int64_t lo = view.start, hi = view.start + view.valid;
-        for (int k = 0; k < ud->num_params; k++) {
-            int pi = ud->first_param + k;
-            const fsdp_param_desc *p = &t->layout.params[pi];
-            int64_t a = p->offset > lo ? p->offset : lo;
-            int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-            if (a >= b) continue;
-            int64_t at = base + (a - view.start);
-            out[n].tensor = pi;
-            out[n].start = a - p->offset;
-            out[n].count = b - a;
-            out[n].param = master + at;
-            out[n].exp_avg = m ? m + at : NULL;
-            out[n].exp_avg_sq = v ? v + at : NULL;
-            n++;
-        }
-        base += view.len;
+        n += fsdp_trainer_unit_pieces(t, u, master + base, m ? m + base : NULL, v ? v + base : NULL, out + n);
+        base += fsdp_engine_view(t->eng, u).len;
     }
     return n;
+}
+
+void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
+    fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+    to_device(t, view.master, master, view.len);
 }
 
 int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {

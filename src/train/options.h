@@ -14,7 +14,8 @@ typedef enum { FSDP_EMBED_GRADS_AUTO = 0, FSDP_EMBED_GRADS_DENSE = 1, FSDP_EMBED
 
 typedef struct {
     /* model and parallelism */
-    const char *model;          /* preset name, config.json, or a directory holding one */
+    const char *model;          /* preset name, config.json, or a directory holding one; may be NULL with init_from */
+    const char *init_from;      /* NULL, a Hugging Face model directory or an fsdp.c checkpoint (hf_import.h) */
     fsdp_strategy strategy;
     int ranks_per_node;         /* 0: physical nodes */
     int prefetch, max_live;

@@ -13,6 +13,7 @@
 #include "../io/checkpoint.h"
 #include "../io/hf_config.h"
 #include "../io/jsonio.h"
+#include "hf_import.h"
 #include "optimizer.h"
 
 /* Where a step's time goes, from events on the compute stream (waits for communication included):
@@ -65,8 +66,12 @@ static void reserve_scratch(fsdp_trainer *t) {
 
 static int setup(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
-    if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0)
-        fsdp_train_load_model(o->model, &t->cfg, err);
+    if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0) {
+        if (o->init_from)
+            fsdp_init_from_config(t->world, o->init_from, o->model, &t->cfg, err);
+        else
+            fsdp_train_load_model(o->model, &t->cfg, err);
+    }
     if (fsdp_agree(&t->world, err)) return -1;
     fsdp_layout_build(&t->cfg, &t->layout);
     fsdp_plan_unit_order(&t->cfg, &t->layout, &t->order, &t->order_len, &t->pinned);
@@ -403,7 +408,7 @@ static void describe_run(fsdp_trainer *t) {
     char model[256];
     fsdp_model_config_describe(&t->cfg, model, sizeof model);
     double params = (double)fsdp_model_num_params(&t->cfg);
-    fsdp_log("fsdp.c %s | model %s: %s, %.2f%s parameters\n", FSDP_VERSION, o->model, model,
+    fsdp_log("fsdp.c %s | model %s: %s, %.2f%s parameters\n", FSDP_VERSION, o->init_from ? o->init_from : o->model, model,
              params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
     fsdp_log("device %s x %d ranks | strategy %s (shard group %d, replica group %d) | %s master, %s compute, %s "
              "reduce | attention %s | embedding gradient %s\n",
@@ -452,6 +457,8 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         if (fsdp_trainer_load(t, resume_path, err)) return -1;
         fsdp_log("resumed from %s at step %d (%llu samples seen)\n", resume_path, t->step,
                  (unsigned long long)t->samples_seen);
+    } else if (o->init_from) {
+        if (fsdp_trainer_init_from(t, err)) return -1;
     } else {
         fsdp_trainer_init_weights(t);
     }

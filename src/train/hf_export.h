@@ -1,0 +1,37 @@
+/* `fsdp export`: a model as a Hugging Face model directory that transformers' from_pretrained loads
+ * (config.json, generation_config.json, safetensors weights; hf_model_dir.h, safetensors_write.h).
+ *
+ * The weights come from an fsdp.c checkpoint (a file, or a --ckpt-dir meaning its latest), from
+ * another Hugging Face directory (re-exported in another dtype or shard size), or from fsdp.c's own
+ * initial values of a model for a seed (the model `fsdp train --model M --seed S` starts from).
+ *
+ * Collective over every rank of comm. Each tensor is split into one contiguous element range per
+ * rank; in rounds of at most FSDP_EXPORT_ROUND_ELEMENTS elements per rank, every rank reads its
+ * ranges (a collective parallel-HDF5 read for a checkpoint), encodes them and hands them to a writer
+ * thread that pwrites them into the preallocated files while the next round is read. Rank 0 creates
+ * the files under temporary names and publishes them (weights first, config.json last) only after
+ * every rank wrote and synced its part; on any failure the temporaries are removed, so nothing is
+ * ever left under a final name. A directory that already holds a model is refused unless `force`. */
+#ifndef FSDP_TRAIN_HF_EXPORT_H
+#define FSDP_TRAIN_HF_EXPORT_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "../base/error.h"
+
+#define FSDP_EXPORT_ROUND_ELEMENTS (32ll << 20)
+
+typedef struct {
+    const char *checkpoint; /* checkpoint file, --ckpt-dir or Hugging Face directory; NULL with model */
+    const char *model;      /* preset or config.json: fsdp.c's initial weights for `seed` */
+    uint64_t seed;
+    const char *out;
+    int bf16;               /* else fp32 */
+    int force;
+    uint64_t max_shard_bytes; /* 0 = one file */
+} fsdp_export_options;
+
+int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err);
+
+#endif

@@ -1,0 +1,40 @@
+/* The weights of a Hugging Face model directory, read by fsdp.c's parameter names: what
+ * `train --init-from` and `export --checkpoint DIR` share.
+ *
+ * Opening validates the files (safetensors.h) and checks them against the model's parameters: each
+ * present with its shape and a readable dtype, nothing else. Two conventions of transformers are
+ * followed: files of the base model, whose names lack the "model." prefix (the published OPT
+ * checkpoints), load as they do into the causal-LM model; and the rotary inv_freq buffers of older
+ * Llama files are ignored. A tied model (tie_word_embeddings) accepts an absent lm_head.weight, or
+ * one equal to the token embedding: reading the embedding also reads the same range of
+ * lm_head.weight and fails, naming both, on the first element that differs. */
+#ifndef FSDP_TRAIN_HF_WEIGHTS_H
+#define FSDP_TRAIN_HF_WEIGHTS_H
+
+#include <stdint.h>
+
+#include "../io/safetensors.h"
+#include "../model/layout.h"
+
+typedef struct {
+    fsdp_st_set set;
+    const fsdp_layout *layout;
+    int strip_prefix;                 /* the files' names lack "model." */
+    int embed_param;                  /* the token embedding's layout index */
+    const fsdp_st_tensor *tied_head;  /* lm_head.weight of a tied model's files, or NULL */
+    const fsdp_st_tensor **by_param;  /* the file tensor of each layout parameter */
+} fsdp_hf_weights;
+
+/* `dir` holds model.safetensors or model.safetensors.index.json. Not collective. */
+int fsdp_hf_weights_open(const char *dir, const fsdp_model_config *cfg, const fsdp_layout *layout, fsdp_hf_weights *w,
+                         fsdp_err *err);
+/* Elements [start, start + count) of layout parameter `param` as fp32; *bytes grows by what was read. */
+int fsdp_hf_weights_read(fsdp_hf_weights *w, int param, int64_t start, int64_t count, float *out, int64_t *bytes,
+                         fsdp_err *err);
+/* Starts reading those elements (and the tied lm_head.weight's) into the page cache. Thread-safe. */
+void fsdp_hf_weights_prefetch(const fsdp_hf_weights *w, int param, int64_t start, int64_t count);
+void fsdp_hf_weights_close(fsdp_hf_weights *w);
+/* "2 files, bf16" for messages. */
+void fsdp_hf_weights_describe(const fsdp_hf_weights *w, char *buf, int cap);
+
+#endif
