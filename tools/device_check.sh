@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One check-and-measure pass on a GPU host (run from the repository root, with build-cuda/ and
-# .gpu-host/ carried along): environment, GPU unit tests, the whole-model test, kernel and attention
+# .gpu-host/ carried along): environment, GPU unit tests, the GPU script tests, kernel and attention
 # benchmarks, and short training runs. Everything is logged under $OUT (or /tmp/fsdp-check).
-#   tools/device_check.sh [quick|tests|train|bench] ...
+# Needs: nvidia-smi, the host's mpirun, python3 with torch (and transformers for gpu_hf_*), the
+# build in $BUILD (default build-cuda) made on the Debian machine, and .gpu-host (../shared/gpu-host).
+#   tools/device_check.sh [env|tests|scripts|train|bench] ...   (SCRIPTS="gpu_a gpu_b" picks scripts)
 set -uo pipefail
 OUT=${OUT:-/tmp/fsdp-check}
 mkdir -p "$OUT"
@@ -20,10 +22,20 @@ for what in "${@:-quick}"; do
       $B/fsdp --version ;;
     tests)
       step unit tests
-      for t in test_gpu_kernels test_gpu_attention test_gpu_backend test_gpu_model; do
+      for t in test_gpu_kernels test_gpu_attention test_gpu_dropout test_gpu_backend test_gpu_model; do
         [ -x $B/tests/$t ] || continue
         timeout 300 $B/tests/$t > "$OUT/$t.log" 2>&1; echo "$t exit $?"
         grep -E "FAIL|failed|SKIPPED" "$OUT/$t.log" | head -20
+      done ;;
+    scripts)
+      # The CTest files name this machine's paths: run the scripts directly, with CTest's environment.
+      export FSDP_BIN=$PWD/$B/fsdp FSDP_SOURCE_DIR=$PWD FSDP_TOOLS_DIR=$PWD/$B/tests PYTHON=python3
+      export FSDP_TEST_TMP=/tmp/fsdp-tests OMPI_MCA_rmaps_base_oversubscribe=1
+      mkdir -p "$FSDP_TEST_TMP"
+      for s in ${SCRIPTS:-$(cd tests/scripts && ls gpu_*.py | sed 's/\.py$//')}; do
+        step "script $s"
+        timeout 600 python3 tests/scripts/$s.py > "$OUT/$s.log" 2>&1; echo "$s exit $?"
+        grep -E "FAIL|SKIPPED|passed|failed" "$OUT/$s.log" | tail -12
       done ;;
     bench)
       step attention bench
