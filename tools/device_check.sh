@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One check-and-measure pass on a GPU host (run from the repository root, with build-cuda/ and
+# One check-and-measure pass on a GPU host (run from the repository root, with build-gpu/ (cmake -DFSDP_CUDA=ON -DFSDP_SHARED=ON) and
 # .gpu-host/ carried along): environment, GPU unit tests, the GPU script tests, kernel and attention
 # benchmarks, and short training runs. Everything is logged under $OUT (or /tmp/fsdp-check).
 # Needs: nvidia-smi, the host's mpirun, python3 with torch (and transformers for gpu_hf_*), the
@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/fsdp-check}
 mkdir -p "$OUT"
 . .gpu-host/env.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 HDF5_USE_FILE_LOCKING=FALSE
-B=${BUILD:-build-cuda}
+B=${BUILD:-build-gpu}
 step() { echo; echo "=== $* ($(date +%T))"; }
 
 for what in "${@:-quick}"; do
