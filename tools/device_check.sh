@@ -3,7 +3,7 @@
 # .gpu-host/ carried along): environment, GPU unit tests, the GPU script tests, kernel and attention
 # benchmarks, and short training runs. Everything is logged under $OUT (or /tmp/fsdp-check).
 # Needs: nvidia-smi, the host's mpirun, python3 with torch (and transformers for gpu_hf_*), the
-# build in $BUILD (default build-cuda) made on the Debian machine, and .gpu-host (../shared/gpu-host).
+# build in $BUILD (default build-gpu) made on the Debian machine, and .gpu-host (../shared/gpu-host).
 #   tools/device_check.sh [env|tests|scripts|train|bench] ...   (SCRIPTS="gpu_a gpu_b" picks scripts)
 set -uo pipefail
 OUT=${OUT:-/tmp/fsdp-check}
