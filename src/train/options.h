@@ -22,6 +22,9 @@ typedef struct {
     const char *device;         /* auto, cpu, cuda */
     /* batch and schedule */
     int mbs, seq, grad_accum, steps;
+    int seq_given;              /* --seq was on the command line (else it may shrink to the model's) */
+    int allow_longer_seq;       /* --allow-longer-seq */
+    int max_skipped;            /* --max-skipped: consecutive non-finite steps before the run stops */
     double lr, min_lr, weight_decay, beta1, beta2, adam_eps, clip;
     int warmup;
     uint64_t seed;
@@ -36,6 +39,7 @@ typedef struct {
     /* checkpoints and output */
     const char *ckpt_dir;
     int ckpt_every, keep;
+    int overwrite;              /* --overwrite: a fresh run may replace the checkpoints in ckpt_dir */
     const char *resume;         /* NULL, "auto" or a file */
     const char *metrics;
     int log_every;

@@ -14,6 +14,8 @@
 #include "options.h"
 #include "schedule.h"
 
+typedef struct fsdp_saver fsdp_saver; /* checkpoints of the run (src/train/ckpt_saver.c) */
+
 typedef struct {
     fsdp_train_options opt;
     MPI_Comm world;
@@ -32,6 +34,9 @@ typedef struct {
     int *order, order_len; /* unit visiting order of one micro-batch */
     int *pinned;
     int embed_rows;        /* the embedding gradient goes as rows (fsdp_engine_add_rows), not dense */
+    fsdp_saver *saver;
+    int skipped_steps, consecutive_skips; /* steps not applied: non-finite loss or gradients */
+    int first_step;                       /* the step this run started from */
 
     int32_t *host_inputs, *host_targets; /* [grad_accum][mbs*seq], pinned */
     float *dev_scalars;                  /* loss sum, grad sum of squares, clip scale */
@@ -40,7 +45,8 @@ typedef struct {
     fsdp_event *phase[6]; /* PHASES */
 } fsdp_trainer;
 
-/* Runs `fsdp train` to the end. Returns 0, or -1 with err set (already agreed across ranks). */
+/* Runs `fsdp train` to the end. Returns 0; FSDP_EXIT_PREEMPTED (src/train/preemption.h) when a
+ * signal stopped it after its checkpoint was written; or -1 with err set (agreed across ranks). */
 int fsdp_train(const fsdp_train_options *opt, fsdp_err *err);
 
 /* Checkpoints (src/train/checkpointing.c). */
@@ -49,5 +55,7 @@ int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err);
 int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err);
 /* Sets every parameter to its initial value (src/model/layout.h), on any layout. */
 void fsdp_trainer_init_weights(fsdp_trainer *t);
+/* Test hook (FSDP_TEST_FAIL=...:poison): makes this rank's first master weight NaN. */
+void fsdp_trainer_poison(fsdp_trainer *t);
 
 #endif
