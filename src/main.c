@@ -14,6 +14,7 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"train", fsdp_cmd_train, "train or fine-tune a Llama or OPT model with FSDP over MPI ranks"},
+    {"verify", fsdp_cmd_verify, "check checkpoints completely (checksums, attributes) and say what they hold"},
 };
 
 static void usage(FILE *out) {

@@ -4,5 +4,6 @@
 #define FSDP_CLI_COMMANDS_H
 
 int fsdp_cmd_train(int argc, char **argv);
+int fsdp_cmd_verify(int argc, char **argv);
 
 #endif

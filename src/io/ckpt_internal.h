@@ -110,12 +110,14 @@ typedef struct {
 
 typedef struct ckpt_pio ckpt_pio;
 
-/* Starts `threads` workers that read (writing = 0) or write the extents of `fd` with conversions
+/* Starts worker threads that read (writing = 0) or write the extents of `fd` with conversions
  * between the host dtype and float32 on the way and hash sums into num_slots accumulators. A write
  * refuses non-finite values (naming the slot's tensor through `slot_label`) and ends with fsync.
  * Owns nothing passed in; the extents and host buffers must outlive it. `fault_step` lets the test
- * hook FSDP_TEST_FAIL inject errors into the transfer of that checkpoint. */
-ckpt_pio *ckpt_pio_start(int fd, const char *path, int writing, const ckpt_extent *extents, int num_extents,
+ * hook FSDP_TEST_FAIL inject errors into the transfer of that checkpoint. direct_fd: for writes, the
+ * same file opened with O_DIRECT (whole blocks bypass the page cache), or -1; readers open the file
+ * themselves (with O_DIRECT unless FSDP_CKPT_IO=buffered). */
+ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, const ckpt_extent *extents, int num_extents,
                          fsdp_dtype host_dtype, int num_slots,
                          void (*slot_label)(void *ctx, int slot, char *buf, size_t cap), void *slot_ctx,
                          int fault_step);
@@ -137,6 +139,9 @@ void ckpt_pio_cancel(ckpt_pio *p);
 /* Waits for the workers (after cancel or done) and frees. */
 void ckpt_pio_free(ckpt_pio *p);
 
+/* FSDP_CKPT_IO: direct (the default: whole blocks with O_DIRECT where the file system allows it)
+ * or buffered (everything through the page cache). */
+int ckpt_direct_io(void);
 /* Worker threads per rank: FSDP_CKPT_THREADS, default 4. */
 int ckpt_pio_threads(void);
 

@@ -35,7 +35,8 @@ typedef struct {
 } chunk;
 
 struct ckpt_pio {
-    int fd, writing, fault_step, num_slots;
+    int fd, dfd, writing, fault_step, num_slots; /* dfd: the file opened with O_DIRECT, or -1 */
+    int direct;                                  /* readers: open with O_DIRECT where possible */
     char path[4096];
     const ckpt_extent *extents;
     fsdp_dtype host_dtype;
@@ -86,17 +87,57 @@ static void fail_io(ckpt_pio *p, int slot, const char *call, int code) {
 
 /* pread/pwrite that retry on EINTR and short transfers. Returns 0, or an errno value; a read past
  * the end of the file gives -1. */
-static int transfer(ckpt_pio *p, void *buf, size_t n, int64_t off) {
+static int transfer(ckpt_pio *p, int fd, void *buf, size_t n, int64_t off) {
     size_t done = 0;
     while (done < n) {
-        ssize_t r = p->writing ? pwrite(p->fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done))
-                               : pread(p->fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done));
+        ssize_t r = p->writing ? pwrite(fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done))
+                               : pread(fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done));
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return errno;
         if (r == 0) return p->writing ? EIO : -1;
         done += (size_t)r;
     }
     return 0;
+}
+
+#define BLOCK 4096
+
+/* Writes `bytes` at `off`: the whole 4 KiB blocks through O_DIRECT (src is laid out so that they
+ * start at aligned addresses), the partial blocks at either end through the page cache. Without
+ * O_DIRECT everything goes through the page cache, its writeback started at once. */
+static int write_bytes(ckpt_pio *p, char *src, size_t bytes, int64_t off) {
+    int64_t end = off + (int64_t)bytes, a = (off + BLOCK - 1) / BLOCK * BLOCK, b = end / BLOCK * BLOCK;
+    if (p->dfd < 0 || b - a < 16 * BLOCK) {
+        int code = transfer(p, p->fd, src, bytes, off);
+        /* Start writeback of what was just written; fsync at the end waits for it. */
+        if (!code) sync_file_range(p->fd, off, (off_t)bytes, SYNC_FILE_RANGE_WRITE);
+        return code;
+    }
+    int code = a > off ? transfer(p, p->fd, src, (size_t)(a - off), off) : 0;
+    if (!code) code = transfer(p, p->dfd, src + (a - off), (size_t)(b - a), a);
+    if (!code && end > b) code = transfer(p, p->fd, src + (b - off), (size_t)(end - b), b);
+    return code;
+}
+
+/* O_DIRECT read of `want` bytes at the aligned offset `at`; succeeds once `need` of them are in
+ * (the last block may run past the end of the file). 0, an errno value, or -1 at a premature end. */
+static int read_direct(int fd, void *buf, size_t want, int64_t at, size_t need) {
+    size_t done = 0;
+    while (done < need) {
+        ssize_t r = pread(fd, (char *)buf + done, want - done, (off_t)(at + (int64_t)done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return errno;
+        if (r == 0) return -1;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int ckpt_direct_io(void) {
+    const char *s = getenv("FSDP_CKPT_IO");
+    if (s && *s && strcmp(s, "direct") && strcmp(s, "buffered"))
+        fsdp_fatal("FSDP_CKPT_IO=%s: expected direct or buffered", s);
+    return !s || strcmp(s, "buffered");
 }
 
 static void bf16_to_f32(uint32_t *dst, const uint16_t *src, int64_t n) {
@@ -112,19 +153,24 @@ static void f32_to_bf16(uint16_t *dst, const uint32_t *src, int64_t n) {
 }
 
 /* One chunk: 0, or -1 after recording the failure. */
-static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t *local_sums) {
+static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t *local_sums, int rfd, int rdfd) {
     const ckpt_extent *e = &p->extents[ch->extent];
     int bf16 = p->host_dtype == FSDP_BF16;
     size_t hsize = bf16 ? 2 : 4;
     char *host = e->host ? (char *)e->host + (size_t)ch->at * hsize : NULL;
     uint32_t *bits = bf16 || !host ? staging : (uint32_t *)host;
+    /* For O_DIRECT the bytes are staged at the same offset within a block as in the file. */
+    if (p->writing && p->dfd >= 0) bits = (uint32_t *)((char *)staging + (e->file_offset + ch->at * 4) % BLOCK);
     int64_t off = e->file_offset + ch->at * 4;
     size_t bytes = (size_t)ch->count * 4;
     uint64_t nonfinite = 0;
     if (p->writing) {
         int injected =
             atomic_load(&p->bytes_done) * 2 >= p->bytes_total ? fsdp_fault_ckpt(p->fault_step, FSDP_CKPT_AT_WRITE) : 0;
-        if (bf16) bf16_to_f32(staging, (const uint16_t *)host, ch->count);
+        if (bf16)
+            bf16_to_f32(bits, (const uint16_t *)host, ch->count);
+        else if (bits != (uint32_t *)host)
+            memcpy(bits, host, (size_t)ch->count * 4);
         if (e->slot >= 0) local_sums[e->slot] += fsdp_cksum_f32(bits, e->first + (uint64_t)ch->at, (size_t)ch->count, &nonfinite);
         if (nonfinite) {
             char label[320] = "a tensor";
@@ -133,15 +179,23 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
                  " (the weights or optimizer state are poisoned; the previous checkpoint is kept)");
             return -1;
         }
-        int code = injected ? injected : transfer(p, bits, bytes, off);
+        int code = injected ? injected : write_bytes(p, (char *)bits, bytes, off);
         if (code) {
             fail_io(p, e->dataset, "pwrite", code);
             return -1;
         }
-        /* Start writeback of what was just written; fsync at the end waits for it. */
-        sync_file_range(p->fd, off, (off_t)bytes, SYNC_FILE_RANGE_WRITE);
     } else {
-        int code = transfer(p, bits, bytes, off);
+        char *data;
+        int code;
+        if (rdfd >= 0) {
+            /* O_DIRECT: the whole blocks around the range, into the aligned staging buffer. */
+            int64_t a = off / BLOCK * BLOCK, end = off + (int64_t)bytes, b = (end + BLOCK - 1) / BLOCK * BLOCK;
+            code = read_direct(rdfd, staging, (size_t)(b - a), a, (size_t)(end - a));
+            data = (char *)staging + (off - a);
+        } else {
+            data = bf16 || !host ? (char *)staging : host;
+            code = transfer(p, rfd, data, bytes, off);
+        }
         if (code) {
             if (code < 0) {
                 char label[320] = "a tensor";
@@ -152,6 +206,7 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
             }
             return -1;
         }
+        bits = (uint32_t *)data;
         if (e->slot >= 0) local_sums[e->slot] += fsdp_cksum_f32(bits, e->first + (uint64_t)ch->at, (size_t)ch->count, &nonfinite);
         if (nonfinite) {
             char label[320] = "a tensor";
@@ -160,7 +215,10 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
                  ": it was written from a diverged run");
             return -1;
         }
-        if (bf16 && host) f32_to_bf16((uint16_t *)host, staging, ch->count);
+        if (host && bf16)
+            f32_to_bf16((uint16_t *)host, bits, ch->count);
+        else if (host && data != host)
+            memcpy(host, data, bytes);
     }
     atomic_fetch_add(&p->bytes_done, (long long)bytes);
     atomic_store(&p->last_progress_ns, now_ns());
@@ -169,18 +227,31 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
 
 static void *worker(void *arg) {
     ckpt_pio *p = arg;
-    uint32_t *staging = malloc((size_t)CHUNK_ELEMS * 4);
+    void *staging = NULL;
+    if (posix_memalign(&staging, BLOCK, (size_t)CHUNK_ELEMS * 4 + 2 * BLOCK)) staging = NULL;
     uint64_t *sums = calloc((size_t)(p->num_slots > 0 ? p->num_slots : 1), sizeof *sums);
+    /* Readers open the file each: one readahead state per sequential stream. */
+    int rfd = p->fd, rdfd = p->dfd;
+    if (!p->writing) {
+        rfd = open(p->path, O_RDONLY | O_CLOEXEC);
+        rdfd = p->direct ? open(p->path, O_RDONLY | O_CLOEXEC | O_DIRECT) : -1; /* -1 where unsupported */
+    }
     if (!staging || !sums) {
         fail(p, "checkpoint %s: %s on rank %d%s", "out of host memory for the transfer buffers", "");
+    } else if (rfd < 0) {
+        fail_io(p, -1, "open", errno);
     } else {
         for (;;) {
             if (atomic_load(&p->cancelled)) break;
             int i = atomic_fetch_add(&p->next_chunk, 1);
-            if (i >= p->num_chunks || move_chunk(p, &p->chunks[i], staging, sums)) break;
+            if (i >= p->num_chunks || move_chunk(p, &p->chunks[i], staging, sums, rfd, rdfd)) break;
         }
         for (int s = 0; s < p->num_slots; s++)
             if (sums[s]) atomic_fetch_add(&p->sums[s], sums[s]);
+    }
+    if (!p->writing) {
+        if (rfd >= 0) close(rfd);
+        if (rdfd >= 0) close(rdfd);
     }
     free(staging);
     free(sums);
@@ -197,11 +268,11 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-ckpt_pio *ckpt_pio_start(int fd, const char *path, int writing, const ckpt_extent *extents, int num_extents,
+ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, const ckpt_extent *extents, int num_extents,
                          fsdp_dtype host_dtype, int num_slots, void (*slot_label)(void *, int, char *, size_t),
                          void *slot_ctx, int fault_step) {
     ckpt_pio *p = fsdp_xcalloc(1, sizeof *p, "the checkpoint transfer");
-    p->fd = fd, p->writing = writing, p->extents = extents, p->host_dtype = host_dtype;
+    p->fd = fd, p->dfd = writing ? direct_fd : -1, p->direct = !writing && ckpt_direct_io(), p->writing = writing, p->extents = extents, p->host_dtype = host_dtype;
     p->num_slots = num_slots, p->slot_label = slot_label, p->slot_ctx = slot_ctx, p->fault_step = fault_step;
     snprintf(p->path, sizeof p->path, "%s", path);
     pthread_mutex_init(&p->lock, NULL);

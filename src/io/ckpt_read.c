@@ -272,7 +272,7 @@ static void read_fast(reader *rd, const char *path) {
     int fd = fsdp_open_regular(path, O_RDONLY, 0, "checkpoint", &c->err);
     if (fd < 0) return;
     int nslots = rd->num_tensors * NUM_KINDS;
-    ckpt_pio *pio = ckpt_pio_start(fd, path, 0, rd->extents, rd->num_extents, rd->host_dtype, nslots, label_of, rd, 0);
+    ckpt_pio *pio = ckpt_pio_start(fd, -1, path, 0, rd->extents, rd->num_extents, rd->host_dtype, nslots, label_of, rd, 0);
     if (ckpt_pio_wait(pio, &c->err) == 0)
         for (int s = 0; s < nslots; s++) rd->sums[s] += ckpt_pio_sums(pio)[s];
     ckpt_pio_free(pio);

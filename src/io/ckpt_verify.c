@@ -155,7 +155,7 @@ static void hash_share(ckio *c, const char *path, const entry *list, int count, 
     if (n > 0) {
         int fd = fsdp_open_regular(path, O_RDONLY, 0, "checkpoint", &c->err);
         if (fd >= 0) {
-            ckpt_pio *pio = ckpt_pio_start(fd, path, 0, ext, n, FSDP_F32, count, label_of, &ctx, 0);
+            ckpt_pio *pio = ckpt_pio_start(fd, -1, path, 0, ext, n, FSDP_F32, count, label_of, &ctx, 0);
             if (ckpt_pio_wait(pio, &c->err) == 0)
                 for (int i = 0; i < count; i++) sums[i] += ckpt_pio_sums(pio)[i];
             ckpt_pio_free(pio);

@@ -29,7 +29,7 @@ struct fsdp_ckpt_writer {
     ckpt_extent *extents;
     int num_extents;
     fsdp_dtype host_dtype;
-    int fd, step, cleanup;
+    int fd, dfd, step, cleanup;
     double began;
     ckpt_pio *pio;
 };
@@ -214,6 +214,7 @@ static void slot_label(void *ctx, int slot, char *buf, size_t cap) {
 
 static void free_writer(fsdp_ckpt_writer *w) {
     if (w->fd >= 0) close(w->fd);
+    if (w->dfd >= 0) close(w->dfd);
     for (int i = 0; i < w->num_tensors; i++) free(w->names[i]);
     free(w->names);
     free(w->extents);
@@ -239,7 +240,7 @@ fsdp_ckpt_writer *fsdp_ckpt_begin(MPI_Comm comm, const char *path, const fsdp_ck
                                   int num_tensors, const fsdp_ckpt_piece *pieces, int num_pieces,
                                   fsdp_dtype host_dtype, const fsdp_ckpt_meta *meta, fsdp_err *err) {
     fsdp_ckpt_writer *w = fsdp_xcalloc(1, sizeof *w, "the checkpoint writer");
-    w->fd = -1, w->cleanup = -1, w->host_dtype = host_dtype, w->step = (int)meta->step, w->began = fsdp_now();
+    w->fd = w->dfd = -1, w->cleanup = -1, w->host_dtype = host_dtype, w->step = (int)meta->step, w->began = fsdp_now();
     ckio *c = &w->c;
     ckio_init(c, comm, path);
     snprintf(w->path, sizeof w->path, "%s", path);
@@ -273,6 +274,8 @@ fsdp_ckpt_writer *fsdp_ckpt_begin(MPI_Comm comm, const char *path, const fsdp_ck
                       "checkpoint %s: rank %d cannot open the file rank 0 created: %s (is --ckpt-dir on storage every "
                       "node shares?)",
                       w->tmp, c->rank, strerror(errno));
+        else if (num_pieces > 0 && ckpt_direct_io())
+            w->dfd = open(w->tmp, O_WRONLY | O_CLOEXEC | O_DIRECT); /* -1 where unsupported (tmpfs) */
         ckio_agree(c);
     }
     free(by_tensor);
@@ -295,7 +298,7 @@ fsdp_ckpt_writer *fsdp_ckpt_begin(MPI_Comm comm, const char *path, const fsdp_ck
 
 void fsdp_ckpt_start(fsdp_ckpt_writer *w) {
     if (!w->pio)
-        w->pio = ckpt_pio_start(w->fd, w->tmp, 1, w->extents, w->num_extents, w->host_dtype,
+        w->pio = ckpt_pio_start(w->fd, w->dfd, w->tmp, 1, w->extents, w->num_extents, w->host_dtype,
                                 w->num_tensors * NUM_KINDS, slot_label, w, w->step);
 }
 
