@@ -12,6 +12,7 @@
  *                       shards into host memory (the only pause of training) and writes them while
  *                       the next steps run; a new save, the end of the run and a signal wait for the
  *                       one in flight.
+ *   fsdp_ckpt_settle    after an agreed error: the save in flight is completed.
  *   fsdp_ckpt_teardown  on the way out, whatever happened.
  *
  * A save that fails on any rank (full disk, I/O error, non-finite weights) stops the run on every
@@ -26,6 +27,9 @@
 int fsdp_ckpt_setup(fsdp_trainer *t, int *resumed, fsdp_err *err);
 /* *stop: the signal that asked the run to stop (0: none); the checkpoint is then written. */
 int fsdp_ckpt_boundary(fsdp_trainer *t, int *stop, fsdp_err *err);
+/* After an error every rank agreed on (all alive): completes the save in flight, whose state was
+ * good when it was snapshot, so that 'latest' keeps up. Collective; its own failure is only noted. */
+void fsdp_ckpt_settle(fsdp_trainer *t);
 void fsdp_ckpt_teardown(fsdp_trainer *t);
 
 /* Shards <-> checkpoint pieces (src/train/checkpointing.c). ---- */

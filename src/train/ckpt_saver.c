@@ -69,8 +69,12 @@ static int list_steps(fsdp_trainer *t, fsdp_ckpt_file **files, int *count, fsdp_
 }
 
 static int load(fsdp_trainer *t, fsdp_saver *s, const char *path, fsdp_err *err) {
+    double t0 = fsdp_now();
     if (fsdp_trainer_load_into(t, path, s->snapshot, err)) return -1;
-    fsdp_log("resumed from %s at step %d (%llu samples seen)\n", path, t->step, (unsigned long long)t->samples_seen);
+    double secs = fsdp_now() - t0, gb = (double)t->layout.total_numel * 12.0 / 1e9;
+    fsdp_log("resumed from %s at step %d (%llu samples seen): %.*f %s read and verified in %.2f s (%.2f GB/s)\n", path,
+             t->step, (unsigned long long)t->samples_seen, gb < 1 ? 1 : 2, gb < 1 ? gb * 1e3 : gb, gb < 1 ? "MB" : "GB",
+             secs, secs > 0 ? gb / secs : 0.0);
     return 1;
 }
 
@@ -217,8 +221,9 @@ static int finish_save(fsdp_trainer *t, fsdp_saver *s, fsdp_err *err) {
     }
     if (fsdp_agree(&t->world, err)) return -1;
     double gb = (double)t->layout.total_numel * 12.0 / 1e9;
-    fsdp_log("checkpoint: step %d written to %s: %.2f GB in %.1f s (%.2f GB/s); training paused %.2f s for it\n",
-             s->writer_step, s->path, gb, write_s, write_s > 0 ? gb / write_s : 0.0, s->paused_s);
+    fsdp_log("checkpoint: step %d written to %s: %.*f %s in %.2f s (%.2f GB/s); training paused %.2f s for it\n",
+             s->writer_step, s->path, gb < 1 ? 1 : 2, gb < 1 ? gb * 1e3 : gb, gb < 1 ? "MB" : "GB", write_s,
+             write_s > 0 ? gb / write_s : 0.0, s->paused_s);
     return 0;
 }
 
@@ -264,6 +269,14 @@ int fsdp_ckpt_boundary(fsdp_trainer *t, int *stop, fsdp_err *err) {
         if (finish_save(t, s, err)) return -1;
     }
     return 0;
+}
+
+void fsdp_ckpt_settle(fsdp_trainer *t) {
+    fsdp_saver *s = t->saver;
+    if (!s || !s->writer) return;
+    fsdp_err err = {0};
+    wait_writers(s, t->world);
+    if (finish_save(t, s, &err)) fsdp_warn("the checkpoint in flight was not written either: %s", err.msg);
 }
 
 void fsdp_ckpt_teardown(fsdp_trainer *t) {

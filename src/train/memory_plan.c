@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/log.h"
 #include "../base/watchdog.h"
 #include "checkpointing.h"
 
@@ -117,6 +118,8 @@ int fsdp_memory_check(fsdp_trainer *t, fsdp_err *err) {
     FSDP_CHECK_MPI(MPI_Comm_size(comm, &local_ranks));
     FSDP_CHECK_MPI(MPI_Comm_free(&comm));
     double host = host_available();
+    fsdp_log("memory plan: at least %.3g GB per rank for model state and activations (%s memory), %.3g GB per rank of "
+             "host memory for checkpoint snapshots\n", gb(mine.device), on_gpu ? "GPU" : "host", gb(mine.snapshot));
     if (on_gpu) {
         double free_b = (double)t->be->device_free_bytes(t->be);
         if (mine.device > free_b)

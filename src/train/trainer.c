@@ -461,7 +461,10 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         report_step(t, &r, tps, avg * (o->steps - t->step), err);
         if (fsdp_ckpt_boundary(t, &stop, err)) break;
     }
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(&t->world, err)) {
+        fsdp_ckpt_settle(t);
+        return -1;
+    }
     report_summary(t, t->step - t->first_step, timed_s, timed_steps, fsdp_now() - start, err);
     if (fsdp_agree(&t->world, err)) return -1;
     if (!stop) return 0;
