@@ -101,11 +101,18 @@ void ckh_close(ckio *c, hid_t *id, herr_t (*fn)(hid_t), const char *name, const 
     *id = -1;
 }
 
+/* H5Pset_file_locking came with HDF5 1.10.7 and 1.12.1. */
+#if H5_VERSION_GE(1, 12, 1) || (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7)
+#define NO_FILE_LOCKS(c, fapl) H5OK(c, H5Pset_file_locking(fapl, 0, 1), NULL)
+#else
+#define NO_FILE_LOCKS(c, fapl) 0 /* HDF5_USE_FILE_LOCKING=FALSE does the same */
+#endif
+
 hid_t ckh_fapl(ckio *c) {
     hid_t fapl = -1;
     /* Large datasets start on 4 KiB boundaries: whole pages for the kernel, and O_DIRECT-able. */
     if (H5OK(c, fapl = H5Pcreate(H5P_FILE_ACCESS), NULL) || H5OK(c, H5Pset_fapl_sec2(fapl), NULL) ||
-        H5OK(c, H5Pset_alignment(fapl, 64 * 1024, 4096), NULL) || H5OK(c, H5Pset_file_locking(fapl, 0, 1), NULL))
+        H5OK(c, H5Pset_alignment(fapl, 64 * 1024, 4096), NULL) || NO_FILE_LOCKS(c, fapl))
         CKH_CLOSE(c, fapl, H5Pclose, NULL);
     return fapl;
 }
