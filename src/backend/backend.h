@@ -72,10 +72,6 @@ struct fsdp_backend {
     /* Host memory suited to asynchronous copies (pinned on CUDA). */
     void *(*alloc_host)(fsdp_backend *be, size_t bytes, const char *what);
     void (*free_host)(fsdp_backend *be, void *ptr);
-    /* Device memory still free to allocate; 0 when the device memory is the host's (the CPU
-     * backend), which the caller measures itself. For refusing, before allocating, a configuration
-     * that cannot fit. */
-    size_t (*device_free_bytes)(fsdp_backend *be);
     /* Copies ordered on `s`; the host buffer must stay untouched until `s` passes this point. */
     void (*copy_h2d)(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s);
     void (*copy_d2h)(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s);

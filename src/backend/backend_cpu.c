@@ -197,7 +197,6 @@ static void *cpu_alloc_shared(fsdp_backend *be, fsdp_comm *c, size_t bytes, cons
 
 static void *cpu_alloc_host(fsdp_backend *be, size_t bytes, const char *what) { (void)be; return fsdp_xmalloc(bytes, what); }
 static void cpu_free_host(fsdp_backend *be, void *ptr) { (void)be; free(ptr); }
-static size_t cpu_device_free_bytes(fsdp_backend *be) { (void)be; return 0; }
 
 static void copy_task(fsdp_stream *s, void *dst, const void *src, size_t bytes) {
     task *t = new_task(TASK_COPY);
@@ -561,7 +560,6 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->free = cpu_free;
     be->alloc_host = cpu_alloc_host;
     be->free_host = cpu_free_host;
-    be->device_free_bytes = cpu_device_free_bytes;
     be->copy_h2d = cpu_copy;
     be->copy_d2h = cpu_copy;
     be->copy_d2d = cpu_copy;

@@ -104,13 +104,6 @@ static void cuda_free_host(fsdp_backend *be, void *ptr) {
     if (ptr) FSDP_CHECK_CUDA(cudaFreeHost(ptr));
 }
 
-static size_t cuda_device_free_bytes(fsdp_backend *be) {
-    (void)be;
-    size_t free_b = 0, total = 0;
-    FSDP_CHECK_CUDA(cudaMemGetInfo(&free_b, &total));
-    return free_b;
-}
-
 static void cuda_copy_h2d(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
     (void)be;
     FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->stream));
@@ -497,7 +490,6 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->free = cuda_free;
     be->alloc_host = cuda_alloc_host;
     be->free_host = cuda_free_host;
-    be->device_free_bytes = cuda_device_free_bytes;
     be->copy_h2d = cuda_copy_h2d;
     be->copy_d2h = cuda_copy_d2h;
     be->copy_d2d = cuda_copy_d2d;

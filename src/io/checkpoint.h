@@ -35,6 +35,7 @@
 
 #include "../base/dtype.h"
 #include "../base/error.h"
+#include "ckpt_dir.h" /* the checkpoint directory: 'latest', step files, the lock */
 
 #define FSDP_CKPT_FORMAT "fsdp.c checkpoint"
 #define FSDP_CKPT_FORMAT_VERSION 2

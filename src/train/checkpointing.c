@@ -76,6 +76,51 @@ fsdp_ckpt_tensor *fsdp_trainer_tensor_table(const fsdp_trainer *t) {
     return tab;
 }
 
+int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float *m, float *v, fsdp_ckpt_piece *out) {
+    int n = 0;
+    fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+    const fsdp_unit_desc *ud = &t->layout.units[u];
+    int64_t lo = view.start, hi = view.start + view.valid;
+    for (int k = 0; k < ud->num_params; k++) {
+        int pi = ud->first_param + k;
+        const fsdp_param_desc *p = &t->layout.params[pi];
+        int64_t a = p->offset > lo ? p->offset : lo;
+        int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= b) continue;
+        int64_t at = a - view.start;
+        out[n].tensor = pi;
+        out[n].start = a - p->offset;
+        out[n].count = b - a;
+        out[n].param = master + at;
+        out[n].exp_avg = m ? m + at : NULL;
+        out[n].exp_avg_sq = v ? v + at : NULL;
+        n++;
+    }
+    return n;
+}
+
+void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
+    fsdp_backend *be = t->be;
+    fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+    size_t es = master_size(t), n = (size_t)view.len;
+    if (es == 4 && t->opt.master_dtype == FSDP_F32) { /* nothing to convert */
+        be->copy_h2d(be, view.master, master, n * 4, be->compute);
+        be->stream_synchronize(be, be->compute);
+        return;
+    }
+    void *staged = fsdp_xmalloc(n * es, "weights staging");
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        if (es == 2)
+            ((uint16_t *)staged)[i] = fsdp_f32_to_bf16(master[i]);
+        else
+            ((float *)staged)[i] = fsdp_round_bf16(master[i]); /* a bf16 master emulated in fp32 storage */
+    }
+    be->copy_h2d(be, view.master, staged, n * es, be->compute);
+    be->stream_synchronize(be, be->compute);
+    free(staged);
+}
+
 fsdp_ckpt_piece *fsdp_trainer_pieces(const fsdp_trainer *t, void *host, int writers_only, int *count) {
     fsdp_ckpt_piece *out = fsdp_xcalloc((size_t)t->layout.num_params + 1, sizeof *out, "checkpoint pieces");
     *count = 0;

@@ -51,8 +51,8 @@ void fsdp_trainer_meta_free(fsdp_ckpt_meta *meta);
 /* Restores a checkpoint read into a snapshot-layout buffer `host` (NULL: one is allocated). */
 int fsdp_trainer_load_into(fsdp_trainer *t, const char *path, void *host, fsdp_err *err);
 
-/* Refuses, before allocating, a configuration whose memory exceeds the host's or the GPU's
- * (src/train/memory_plan.c). Collective. */
-int fsdp_memory_check(fsdp_trainer *t, fsdp_err *err);
+/* Refuses, before allocating, a run whose host memory (model state on the CPU backend, checkpoint
+ * snapshots on either) exceeds what the node's host has (src/train/host_memory.c). Collective. */
+int fsdp_host_memory_check(fsdp_trainer *t, fsdp_err *err);
 
 #endif

@@ -135,7 +135,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     bo.local_size = t->topo.local_size;
     t->be = fsdp_backend_create(&bo, err);
     if (fsdp_agree(&t->world, err)) return -1;
-    if (fsdp_memory_check(t, err)) return -1;
+    if (fsdp_host_memory_check(t, err)) return -1;
 
     /* The model checks the batch shape (an OPT sequence beyond its positions, say) before the
      * engine takes the memory of the shards. */

@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "../io/checkpoint.h"
 #include "../io/metrics.h"
 #include "../model/model.h"
 #include "../shard/engine.h"
@@ -55,6 +56,13 @@ int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err);
 int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err);
 /* Sets every parameter to its initial value (src/model/layout.h), on any layout. */
 void fsdp_trainer_init_weights(fsdp_trainer *t);
+/* The checkpoint pieces of this rank's shard of unit u: each parameter's elements that fall in the
+ * shard, pointing into host arrays of the shard's length (m and v may be NULL). Returns how many
+ * (at most the unit's parameter count). Readers of other weight files use them too. */
+int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float *m, float *v, fsdp_ckpt_piece *out);
+/* Copies a host fp32 array of unit u's shard length into its master shard (rounded to the master
+ * dtype); call fsdp_engine_refresh_working after the last unit. */
+void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master);
 /* Test hook (FSDP_TEST_FAIL=...:poison): makes this rank's first master weight NaN. */
 void fsdp_trainer_poison(fsdp_trainer *t);
 

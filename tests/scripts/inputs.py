@@ -1,10 +1,8 @@
 """Inputs that must not hang or run away: a FIFO or a device given where a file is expected is refused
 at once (--data, --model, --resume, --metrics, --ckpt-dir, fsdp verify); --seq beyond the model's
 positions needs --allow-longer-seq; a configuration that cannot fit in memory is refused before it
-allocates, with the figures (and the plan is a true lower bound of what runs allocate); numbers in
-flags are decimal."""
+allocates, with the figures; numbers in flags are decimal."""
 import os
-import re
 import sys
 import time
 
@@ -50,22 +48,11 @@ t.check(rc == 0 and "samples of 256 tokens" in out, "without --seq, the default 
 refused("--seq 4096 on tiny-opt even with --allow-longer-seq", 1,
         ["train", "--model", "tiny-opt", "--seq", "4096", "--allow-longer-seq", "--steps", "1"], ["4096", "OPT"])
 
-# Memory: refused with the figures before allocating; the plan is a lower bound of real runs.
+# Host memory: refused with the figures before allocating (the CPU backend keeps everything there).
 refused("llama-2-7b on this host's memory", 2, ["train", "--model", "llama-2-7b", "--steps", "1", "--device", "cpu"],
-        ["this configuration needs at least", "GB of host memory", "available"])
+        ["this run needs at least", "GB of host memory on this node (2 rank(s)", "available"])
 refused("a micro-batch of 100000", 1, ["train", "--model", "tiny-llama", "--seq", "256", "--mbs", "100000"],
         ["needs at least", "GB of host memory"])
-for args in (["--model", "tiny-llama", "--seq", "64", "--mbs", "4"],
-             ["--model", "tiny-opt", "--seq", "32", "--mbs", "2", "--strategy", "NO_SHARD"],
-             ["--model", "tiny-llama", "--seq", "128", "--mbs", "2", "--strategy", "SHARD_GRAD_OP", "--attn", "eager"],
-             ["--model", "tiny-llama", "--seq", "32", "--mbs", "2", "--model-precision", "bf16"]):
-    d = t.tmpdir("inputs-plan")
-    rc, out, err = t.run(2, ["train", "--steps", "2", "--device", "cpu", "--metrics", os.path.join(d, "m.jsonl")] + args,
-                         check=False)
-    m = re.search(r"memory plan: at least ([0-9.e+-]+) GB per rank", out)
-    real = t.metrics(os.path.join(d, "m.jsonl"))[1]["max_reserved_gib"] * 2 ** 30 / 1e9 if rc == 0 else 0
-    t.check(m and 0.75 * real <= float(m.group(1)) <= real * 1.005,  # printed to 3 digits
-            "%s: the plan (%s GB) is at most and close to what the run reserved (%.5f GB)" % (args, m and m.group(1), real))
 
 # Numbers are decimal.
 for flag, value in (("--lr", "0x10"), ("--lr", "inf"), ("--lr", " 1e-3"), ("--steps", "0x10"), ("--mbs", "+"),

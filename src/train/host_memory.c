@@ -1,19 +1,19 @@
-/* The memory a configuration needs, estimated before anything is allocated, and the refusal of a
- * configuration that cannot fit (with the figures), instead of an out-of-memory kill minutes later
- * or a process that grows until the machine swaps.
+/* Host memory a run needs, estimated before anything is allocated, and the refusal (with the figures)
+ * of a run that cannot fit in the host's memory, instead of an out-of-memory kill minutes later or a
+ * process that grows until the machine swaps.
  *
- * The estimate counts what is certain, per rank: the engine's sharded state (master weights,
- * gradients, Adam moments, the compute-dtype copy), its rings of gathered units and gradient
- * buffers (the rules of src/shard/engine.c), one micro-batch's activations
- * (fsdp_model_activation_bytes) and the checkpoint snapshot in host memory. Libraries' own buffers
- * (cuBLASLt, NCCL, MPI) are left out, so a configuration refused here could never have run. On the
- * CPU backend all of it is host memory shared by the ranks of a node; on the GPU the device part is
- * compared with the GPU's free memory and the snapshot with the host's. */
+ * On the CPU backend the model's state and activations live in host memory: the engine's sharded
+ * state (master weights, gradients, Adam moments, the compute-dtype copy), its rings of gathered
+ * units and gradient buffers (the rules of src/shard/engine.c) and one micro-batch's activations
+ * (fsdp_model_activation_bytes). On either backend the checkpoint snapshots take pinned host memory
+ * (src/train/ckpt_saver.c). The ranks of a node share it: their needs are added and compared with
+ * what the host can still give (MemAvailable, lowered by a cgroup v2 limit). Only what is certain
+ * is counted (no library buffers), so a run refused here could never have run. GPU memory is not
+ * counted here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/log.h"
 #include "../base/watchdog.h"
 #include "checkpointing.h"
 
@@ -106,7 +106,7 @@ static need estimate(const fsdp_trainer *t) {
 
 static double gb(double bytes) { return bytes / 1e9; }
 
-int fsdp_memory_check(fsdp_trainer *t, fsdp_err *err) {
+int fsdp_host_memory_check(fsdp_trainer *t, fsdp_err *err) {
     need mine = estimate(t);
     int on_gpu = strcmp(t->be->name, "cpu") != 0;
     /* The ranks of one node share its host memory. */
@@ -118,22 +118,12 @@ int fsdp_memory_check(fsdp_trainer *t, fsdp_err *err) {
     FSDP_CHECK_MPI(MPI_Comm_size(comm, &local_ranks));
     FSDP_CHECK_MPI(MPI_Comm_free(&comm));
     double host = host_available();
-    fsdp_log("memory plan: at least %.3g GB per rank for model state and activations (%s memory), %.3g GB per rank of "
-             "host memory for checkpoint snapshots\n", gb(mine.device), on_gpu ? "GPU" : "host", gb(mine.snapshot));
-    if (on_gpu) {
-        double free_b = (double)t->be->device_free_bytes(t->be);
-        if (mine.device > free_b)
-            fsdp_errf(err,
-                      "this configuration needs at least %.2f GB of GPU memory per rank (sharded state, gathered "
-                      "units, gradient buffers, activations of --mbs %d x --seq %d) but the GPU has %.2f GB free: "
-                      "lower --mbs or --seq, use --strategy FULL, or more GPUs",
-                      gb(mine.device), t->opt.mbs, t->opt.seq, gb(free_b));
-    }
-    if (!err->failed && host > 0 && node[0] > host)
+    if (host > 0 && node[0] > host)
         fsdp_errf(err,
-                  "this configuration needs at least %.2f GB of host memory on this node (%d rank(s), %.2f GB of it "
-                  "for checkpoint snapshots) but the host has %.2f GB available: %s",
+                  "this run needs at least %.2f GB of host memory on this node (%d rank(s); %.2f GB of it for "
+                  "checkpoint snapshots) but the host has %.2f GB available: %s",
                   gb(node[0]), local_ranks, gb(node[1]), gb(host),
-                  on_gpu ? "use more nodes, or no --ckpt-dir" : "lower --mbs or --seq, use --strategy FULL, or more nodes");
+                  on_gpu ? "use more nodes, or no --ckpt-dir"
+                         : "lower --mbs or --seq, use --strategy FULL, or more nodes");
     return fsdp_agree(&t->world, err);
 }
