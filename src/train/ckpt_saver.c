@@ -166,7 +166,9 @@ int fsdp_ckpt_setup(fsdp_trainer *t, int *resumed, fsdp_err *err) {
         if (fsdp_engine_replica_rank(t->eng) == 0) {
             size_t bytes = fsdp_trainer_snapshot_bytes(t);
             s->snapshot = t->be->alloc_host(t->be, bytes, "checkpoint snapshots");
-            memset(s->snapshot, 0, bytes); /* the pages exist from now on, not at the first save */
+            /* Pinned memory exists once allocated; plain memory only once touched: touch it now,
+             * not during the first save's pause. */
+            if (!strcmp(t->be->name, "cpu")) memset(s->snapshot, 0, bytes);
         }
         s->pieces = fsdp_trainer_pieces(t, s->snapshot, 1, &s->num_pieces);
     }
