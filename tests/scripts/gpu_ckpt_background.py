@@ -31,17 +31,18 @@ for precision in ("fp32", "bf16"):
              re.finditer(r"checkpoint: step (\d+) written to .*training paused ([0-9.]+) s", out)]
     t.check(rc == 0 and [s for s, _ in saves] == [10, 20, 30], "%s: saves at 10, 20, 30" % precision)
     t.check(all(p <= 1.0 for _, p in saves), "%s: training paused at most 1 s per save (%s)" % (precision, saves))
-    order = [l for l in out.splitlines() if re.match(r"(step +\d+/|checkpoint: step 10 )", l)]
-    at = next((i for i, l in enumerate(order) if l.startswith("checkpoint: step 10 ")), -1)
-    t.check(at > 0 and re.match(r"step +1[1-9]/", order[at - 1]) is not None,
-            "%s: the save of step 10 finished while later steps ran (%s)" % (precision, order[at - 1] if at > 0 else "?"))
+    lines = out.splitlines()
+    at = next((i for i, l in enumerate(lines) if l.startswith("checkpoint: step 10 ")), -1)
+    ran = [int(m.group(1)) for l in lines[:max(at, 0)] for m in [re.match(r"step +(\d+)/", l)] if m]
+    t.check(at > 0 and ran and max(ran) > 10,
+            "%s: steps after 10 ran while the save of step 10 was written (up to step %s)" % (precision, max(ran or [0])))
     rc, vout, verr = t.run(1, ["verify", os.path.join(d, "ck")], check=False)
     t.check(rc == 0 and vout.count(": ok: ") == 3, "%s: every checkpoint verifies" % precision)
     ref = t.metrics(os.path.join(d, "m.jsonl"))[0]
     r = t.tmpdir("gpu-ckpt-bg-resume-" + precision)
     rc, out, err = t.run(1, run_args(r, "opt-1.3b", 30, precision, ["--resume", os.path.join(d, "ck", "step-00000020.h5")]),
                          device="cuda", timeout=900)
-    t.compare_losses(t.metrics(os.path.join(r, "m.jsonl"))[0], ref[20:], 2e-3 if precision == "bf16" else 1e-4,
+    t.compare_losses(t.metrics(os.path.join(r, "m.jsonl"))[0], ref[20:], 5e-3 if precision == "bf16" else 1e-3,
                      "%s: resumed on the GPU from step 20" % precision)
 
 # The same file on the CPU backend (a small model: the CPU is slow).
