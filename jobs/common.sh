@@ -28,6 +28,9 @@
 
 FSDP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FAILED_RUNS=()
+# Signals and requeueing (fsdp_forward_signals, fsdp_wait_step, fsdp_requeue_if_stopped).
+# shellcheck source=jobs/preempt.sh
+. "$FSDP_ROOT/jobs/preempt.sh" || exit 2
 
 # The course's variables with their defaults, exported so that jobs submitted from here see them.
 fsdp_setup() {
@@ -122,11 +125,8 @@ fsdp_run() {
     FSDP_STEP_PID=$!
     tail -n +1 -f --pid="$FSDP_STEP_PID" "$dir/train.log" &
     tail_pid=$!
-    while :; do
-        wait "$FSDP_STEP_PID"
-        rc=$?
-        kill -0 "$FSDP_STEP_PID" 2>/dev/null || break
-    done
+    fsdp_wait_step "$FSDP_STEP_PID"
+    rc=$?
     wait "$tail_pid" 2>/dev/null
     FSDP_STEP_PID=
     if [ "$rc" -eq 0 ]; then

@@ -34,6 +34,8 @@ static const char EPILOGUE[] =
     "  mpirun -np 2 fsdp train --model tiny-llama --steps 20 --ckpt-dir ckpt\n"
     "  srun fsdp train --model llama-3.2-1b --mbs 16 --strategy FULL --metrics run.jsonl\n"
     "  mpirun -np 4 fsdp train --init-from path/to/hf-model --data tokens.bin --ckpt-dir ckpt\n"
+    "SIGTERM, SIGINT or SIGUSR1 (on any rank, or forwarded by mpirun/srun) stops the run at the next step with\n"
+    "a checkpoint and exit status 75; a second signal stops it at once. Continue with --resume auto.\n"
     "On the CPU backend bf16 is emulated (values rounded to bf16, stored in fp32) and --attn flash is the\n"
     "same exact attention as eager without keeping the seq x seq probabilities. Formats of token files,\n"
     "checkpoints and metrics: docs/FORMATS.md.\n";
@@ -48,6 +50,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     int global_batch = 0;
     double memory_limit_gib = 0.0;
     int warmup = 0, synthetic_vocab = 1000, ckpt_every = 0, keep = 0, log_every = 1, head_chunk = 0;
+    int overwrite = 0, max_skipped = 5, allow_longer_seq = 0;
     int64_t seed = 42;
     double lr = 5e-5, min_lr = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, clip = 1.0;
 
@@ -70,7 +73,12 @@ int fsdp_cmd_train(int argc, char **argv) {
          "Micro-batch size: samples per rank in each forward/backward. auto: the largest the memory plan (fsdp plan) "
          "fits in the GPU's memory or --memory-limit; a set-up that still runs out of memory is built again with the "
          "next smaller one.", 1, 0, NULL, 0},
-        {"seq", FSDP_ARG_INT, &seq, "N", "Sequence length in tokens.", 1, 1 << 20, NULL, 0},
+        {"seq", FSDP_ARG_INT, &seq, "N",
+         "Sequence length in tokens; at most the model's max_position_embeddings (the default shrinks to it).", 1,
+         1 << 20, NULL, 0},
+        {"allow-longer-seq", FSDP_ARG_BOOL, &allow_longer_seq, NULL,
+         "Accept a --seq beyond the model's max_position_embeddings (positions it was never trained on; not for "
+         "OPT, whose positions are learned).", 0, 0, NULL, 0},
         {"grad-accum", FSDP_ARG_INT, &grad_accum, "N", "Micro-batches accumulated per optimizer step.", 1, 1 << 20,
          NULL, 0},
         {"global-batch", FSDP_ARG_INT, &global_batch, "G",
@@ -115,10 +123,19 @@ int fsdp_cmd_train(int argc, char **argv) {
          NULL, 0},
         {"ckpt-every", FSDP_ARG_INT, &ckpt_every, "N", "Also checkpoint every N steps (0 = only at the end).", 0,
          1 << 30, NULL, 0},
-        {"keep", FSDP_ARG_INT, &keep, "N", "Keep only the newest N checkpoints (0 = all).", 0, 1 << 30, NULL, 0},
+        {"keep", FSDP_ARG_INT, &keep, "N",
+         "Keep only the newest N checkpoints (0 = all); the one 'latest' names is never deleted.", 0, 1 << 30, NULL,
+         0},
         {"resume", FSDP_ARG_STRING, &resume, "FILE|auto",
-         "Continue from a checkpoint; auto = the latest in --ckpt-dir, or a fresh start when there is none. Any "
-         "number of ranks and any strategy can resume any checkpoint.", 1, 0, NULL, 0},
+         "Continue from a checkpoint (verified against its checksums); auto = the one 'latest' names in --ckpt-dir, "
+         "else its newest step file that verifies, or a fresh start when it has none. Any number of ranks and any "
+         "strategy can resume any checkpoint.", 1, 0, NULL, 0},
+        {"overwrite", FSDP_ARG_BOOL, &overwrite, NULL,
+         "Start a new run in a --ckpt-dir that holds another run's checkpoints, deleting them (without it such a "
+         "run is refused).", 0, 0, NULL, 0},
+        {"max-skipped", FSDP_ARG_INT, &max_skipped, "N",
+         "Steps in a row whose loss or gradient norm is not finite that are skipped (not applied) before the run "
+         "stops.", 0, 1 << 20, NULL, 0},
         {"metrics", FSDP_ARG_STRING, &metrics, "FILE",
          "Write one JSON object per step and a final summary (JSON Lines).", 1, 0, NULL, 0},
         {"log-every", FSDP_ARG_INT, &log_every, "N", "Print a progress line every N steps.", 1, 1 << 30, NULL, 0},
@@ -165,8 +182,28 @@ int fsdp_cmd_train(int argc, char **argv) {
         fsdp_usagef(&err, "train: --resume auto needs --ckpt-dir");
         fsdp_exit_error(&err, 0);
     }
-    if ((ckpt_every || keep) && !ckpt_dir) {
-        fsdp_usagef(&err, "train: --ckpt-every and --keep need --ckpt-dir");
+    if ((ckpt_every || keep || overwrite) && !ckpt_dir) {
+        fsdp_usagef(&err, "train: --ckpt-every, --keep and --overwrite need --ckpt-dir");
+        fsdp_exit_error(&err, 0);
+    }
+    if (overwrite && resume) {
+        fsdp_usagef(&err, "train: --overwrite starts a new run and --resume continues one: pass one of them");
+        fsdp_exit_error(&err, 0);
+    }
+    /* Settings that make every step non-finite: refused before anything runs. */
+    if (beta1 >= 1.0 || beta2 >= 1.0) {
+        fsdp_usagef(&err,
+                    "train: --%s %g: AdamW's bias correction divides by 1 - %s^step, which is 0 at %s = 1, so every "
+                    "update would be NaN; use a value below 1 (0.9 and 0.999 are the usual ones)",
+                    beta1 >= 1.0 ? "beta1" : "beta2", beta1 >= 1.0 ? beta1 : beta2, beta1 >= 1.0 ? "beta1" : "beta2",
+                    beta1 >= 1.0 ? "beta1" : "beta2");
+        fsdp_exit_error(&err, 0);
+    }
+    if (!(adam_eps > 0.0)) {
+        fsdp_usagef(&err,
+                    "train: --adam-eps 0: AdamW divides by sqrt(v) + epsilon, and v is 0 for every weight whose "
+                    "gradient has been 0 (embedding rows of tokens not yet seen), so 0/0 = NaN; use a small positive "
+                    "value such as 1e-8");
         fsdp_exit_error(&err, 0);
     }
     /* With --init-from the model is the one it holds; --model then only has to agree with it. */
@@ -181,6 +218,8 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.mbs = mbs, o.seq = seq, o.grad_accum = grad_accum, o.steps = steps;
     o.global_batch = global_batch;
     o.memory_limit = (size_t)(memory_limit_gib * (double)(1u << 30));
+    o.seq_given = fsdp_args_find(&spec, "seq")->seen;
+    o.allow_longer_seq = allow_longer_seq, o.max_skipped = max_skipped, o.overwrite = overwrite;
     o.lr = lr, o.min_lr = min_lr, o.weight_decay = weight_decay, o.beta1 = beta1, o.beta2 = beta2;
     o.adam_eps = adam_eps, o.clip = clip, o.warmup = warmup;
     o.seed = (uint64_t)seed;
@@ -208,6 +247,6 @@ int fsdp_cmd_train(int argc, char **argv) {
 
     int rc_train = fsdp_train(&o, &err);
     free(run_json);
-    if (rc_train) fsdp_exit_error(&err, 0);
-    return 0;
+    if (rc_train < 0) fsdp_exit_error(&err, 0);
+    return rc_train; /* 0, or FSDP_EXIT_PREEMPTED */
 }

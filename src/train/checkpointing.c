@@ -1,20 +1,18 @@
 /* Between the engine's shards and the checkpoint file: shards become per-tensor pieces by
  * intersecting each rank's flat range with the parameters' offsets, so that any layout writes and
- * reads the same file. Also the initial weights, computed for exactly the elements a rank owns. */
+ * reads the same file. A snapshot buffer holds master weights, first and second moments of every
+ * unit one after the other, in the master dtype exactly as the device holds them (the checkpoint
+ * writer widens bf16 to fp32 on its way to disk). Also the initial weights, computed for exactly
+ * the elements a rank owns. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../base/log.h"
-#include "../io/checkpoint.h"
 #include "../io/hf_config.h"
 #include "../io/jsonio.h"
-#include "trainer.h"
-
-/* Host staging of one state array (master, m or v) across all units, as fp32. */
-typedef struct {
-    float *values; /* total shard elements */
-} host_state;
+#include "checkpointing.h"
 
 static int64_t total_shard(const fsdp_trainer *t) {
     int64_t n = 0;
@@ -22,50 +20,51 @@ static int64_t total_shard(const fsdp_trainer *t) {
     return n;
 }
 
-/* Device shard (master dtype) <-> host fp32. */
-static void to_host(fsdp_trainer *t, float *dst, const void *src, int64_t n) {
+static size_t master_size(const fsdp_trainer *t) { return t->be->dtype_size(t->be, t->opt.master_dtype); }
+
+size_t fsdp_trainer_snapshot_bytes(const fsdp_trainer *t) { return 3 * (size_t)total_shard(t) * master_size(t); }
+
+fsdp_dtype fsdp_trainer_snapshot_dtype(const fsdp_trainer *t) { return master_size(t) == 4 ? FSDP_F32 : FSDP_BF16; }
+
+void fsdp_trainer_snapshot(fsdp_trainer *t, void *host) {
     fsdp_backend *be = t->be;
-    size_t es = be->dtype_size(be, t->opt.master_dtype);
-    if (es == sizeof(float)) {
-        be->copy_d2h(be, dst, src, (size_t)n * sizeof(float), be->compute);
-        be->stream_synchronize(be, be->compute);
-        return;
+    size_t es = master_size(t), total = (size_t)total_shard(t), base = 0;
+    char *out = host;
+    for (int u = 0; u < t->layout.num_units; u++) {
+        fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+        size_t bytes = (size_t)view.len * es;
+        be->copy_d2h(be, out + base * es, view.master, bytes, be->compute);
+        be->copy_d2h(be, out + (total + base) * es, view.m, bytes, be->compute);
+        be->copy_d2h(be, out + (2 * total + base) * es, view.v, bytes, be->compute);
+        base += (size_t)view.len;
     }
-    uint16_t *tmp = fsdp_xmalloc((size_t)n * sizeof(uint16_t), "checkpoint staging");
-    be->copy_d2h(be, tmp, src, (size_t)n * sizeof(uint16_t), be->compute);
     be->stream_synchronize(be, be->compute);
-    for (int64_t i = 0; i < n; i++) dst[i] = fsdp_bf16_to_f32(tmp[i]);
-    free(tmp);
 }
 
-static void to_device(fsdp_trainer *t, void *dst, const float *src, int64_t n) {
+/* A snapshot-layout buffer back into the shards. */
+static void restore(fsdp_trainer *t, void *host) {
     fsdp_backend *be = t->be;
-    size_t es = be->dtype_size(be, t->opt.master_dtype);
-    if (es == sizeof(float) && t->opt.master_dtype == FSDP_F32) { /* nothing to convert: no staging copy */
-        be->copy_h2d(be, dst, src, (size_t)n * sizeof(float), be->compute);
-        be->stream_synchronize(be, be->compute);
-        return;
+    size_t es = master_size(t), total = (size_t)total_shard(t), base = 0;
+    char *in = host;
+    /* A bf16 master emulated in fp32 storage (the CPU backend) keeps bf16 values. */
+    if (t->opt.master_dtype == FSDP_BF16 && es == 4) {
+        float *f = host;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < 3 * total; i++) f[i] = fsdp_round_bf16(f[i]);
     }
-    if (es == sizeof(float)) {
-        float *tmp = fsdp_xmalloc((size_t)n * sizeof(float), "checkpoint staging");
-        /* A bf16 master emulated in fp32 storage keeps bf16 values. */
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) tmp[i] = fsdp_round_bf16(src[i]);
-        be->copy_h2d(be, dst, tmp, (size_t)n * sizeof(float), be->compute);
-        be->stream_synchronize(be, be->compute);
-        free(tmp);
-        return;
+    for (int u = 0; u < t->layout.num_units; u++) {
+        fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+        size_t bytes = (size_t)view.len * es;
+        be->copy_h2d(be, view.master, in + base * es, bytes, be->compute);
+        be->copy_h2d(be, view.m, in + (total + base) * es, bytes, be->compute);
+        be->copy_h2d(be, view.v, in + (2 * total + base) * es, bytes, be->compute);
+        base += (size_t)view.len;
     }
-    uint16_t *tmp = fsdp_xmalloc((size_t)n * sizeof(uint16_t), "checkpoint staging");
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) tmp[i] = fsdp_f32_to_bf16(src[i]);
-    be->copy_h2d(be, dst, tmp, (size_t)n * sizeof(uint16_t), be->compute);
     be->stream_synchronize(be, be->compute);
-    free(tmp);
+    fsdp_engine_refresh_working(t->eng);
 }
 
-/* The tensor table: every parameter by its Hugging Face name, in layout order. */
-static fsdp_ckpt_tensor *tensor_table(const fsdp_trainer *t) {
+fsdp_ckpt_tensor *fsdp_trainer_tensor_table(const fsdp_trainer *t) {
     fsdp_ckpt_tensor *tab = fsdp_xcalloc((size_t)t->layout.num_params, sizeof *tab, "the tensor table");
     for (int i = 0; i < t->layout.num_params; i++) {
         const fsdp_param_desc *p = &t->layout.params[i];
@@ -77,7 +76,9 @@ static fsdp_ckpt_tensor *tensor_table(const fsdp_trainer *t) {
     return tab;
 }
 
-int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float *m, float *v, fsdp_ckpt_piece *out) {
+/* Pieces of unit u's shard: the intersection of this rank's flat range with every parameter,
+ * pointing into host arrays of es-byte elements laid out like the device shard (m, v may be NULL). */
+static int unit_pieces(const fsdp_trainer *t, int u, char *master, char *m, char *v, size_t es, fsdp_ckpt_piece *out) {
     int n = 0;
     fsdp_shard_view view = fsdp_engine_view(t->eng, u);
     const fsdp_unit_desc *ud = &t->layout.units[u];
@@ -88,7 +89,7 @@ int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float 
         int64_t a = p->offset > lo ? p->offset : lo;
         int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a >= b) continue;
-        int64_t at = a - view.start;
+        size_t at = (size_t)(a - view.start) * es;
         out[n].tensor = pi;
         out[n].start = a - p->offset;
         out[n].count = b - a;
@@ -100,102 +101,119 @@ int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float 
     return n;
 }
 
-/* Pieces of this rank's shards; host arrays are laid out unit after unit like the device shards. */
-static int build_pieces(const fsdp_trainer *t, float *master, float *m, float *v, fsdp_ckpt_piece *out) {
-    int n = 0;
-    int64_t base = 0;
-    for (int u = 0; u < t->layout.num_units; u++) {
-        n += fsdp_trainer_unit_pieces(t, u, master + base, m ? m + base : NULL, v ? v + base : NULL, out + n);
-        base += fsdp_engine_view(t->eng, u).len;
-    }
-    return n;
+int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float *m, float *v, fsdp_ckpt_piece *out) {
+    return unit_pieces(t, u, (char *)master, (char *)m, (char *)v, sizeof(float), out);
 }
 
 void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
+    fsdp_backend *be = t->be;
     fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-    to_device(t, view.master, master, view.len);
+    size_t es = master_size(t), n = (size_t)view.len;
+    if (es == 4 && t->opt.master_dtype == FSDP_F32) { /* nothing to convert */
+        be->copy_h2d(be, view.master, master, n * 4, be->compute);
+        be->stream_synchronize(be, be->compute);
+        return;
+    }
+    void *staged = fsdp_xmalloc(n * es, "weights staging");
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        if (es == 2)
+            ((uint16_t *)staged)[i] = fsdp_f32_to_bf16(master[i]);
+        else
+            ((float *)staged)[i] = fsdp_round_bf16(master[i]); /* a bf16 master emulated in fp32 storage */
+    }
+    be->copy_h2d(be, view.master, staged, n * es, be->compute);
+    be->stream_synchronize(be, be->compute);
+    free(staged);
 }
 
-int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {
-    int64_t total = total_shard(t);
-    float *host = fsdp_xcalloc((size_t)(3 * total), sizeof(float), "checkpoint staging");
-    float *master = host, *m = host + total, *v = host + 2 * total;
-    int64_t base = 0;
-    for (int u = 0; u < t->layout.num_units; u++) {
-        fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-        to_host(t, master + base, view.master, view.len);
-        to_host(t, m + base, view.m, view.len);
-        to_host(t, v + base, view.v, view.len);
-        base += view.len;
-    }
-    fsdp_ckpt_tensor *tensors = tensor_table(t);
-    fsdp_ckpt_piece *pieces = fsdp_xcalloc((size_t)t->layout.num_params, sizeof *pieces, "checkpoint pieces");
+fsdp_ckpt_piece *fsdp_trainer_pieces(const fsdp_trainer *t, void *host, int writers_only, int *count) {
+    fsdp_ckpt_piece *out = fsdp_xcalloc((size_t)t->layout.num_params + 1, sizeof *out, "checkpoint pieces");
+    *count = 0;
     /* Replicas hold identical shards: the first replica writes for all. */
-    int num_pieces = fsdp_engine_replica_rank(t->eng) == 0 ? build_pieces(t, master, m, v, pieces) : 0;
+    if (writers_only && fsdp_engine_replica_rank(t->eng) != 0) return out;
+    size_t es = master_size(t), total = (size_t)total_shard(t);
+    char *m = (char *)host + total * es, *v = (char *)host + 2 * total * es;
+    int n = 0;
+    size_t base = 0;
+    for (int u = 0; u < t->layout.num_units; u++) {
+        n += unit_pieces(t, u, (char *)host + base, m + base, v + base, es, out + n);
+        base += (size_t)fsdp_engine_view(t->eng, u).len * es;
+    }
+    *count = n;
+    return out;
+}
 
-    char config[8192];
-    fsdp_hf_config_write(&t->cfg, config, sizeof config);
+void fsdp_trainer_meta(const fsdp_trainer *t, fsdp_ckpt_meta *meta) {
+    memset(meta, 0, sizeof *meta);
+    meta->config_json = fsdp_xcalloc(8192, 1, "the config record");
+    if (fsdp_hf_config_write(&t->cfg, meta->config_json, 8192) < 0) fsdp_fatal("the model config does not fit 8 KiB");
     json_t *schedule_record = fsdp_schedule_json(&t->sched, t->step);
-    char *schedule = fsdp_json_text(schedule_record, 0, 17);
+    meta->schedule_json = fsdp_json_text(schedule_record, 0, 17);
     json_decref(schedule_record);
-    if (!schedule) fsdp_fatal("out of host memory writing the schedule record");
+    meta->run_json = strdup(t->opt.run_json ? t->opt.run_json : "{}");
+    if (!meta->schedule_json || !meta->run_json) fsdp_fatal("out of host memory writing the checkpoint's records");
+    meta->step = t->step;
+    meta->samples_seen = (int64_t)t->samples_seen;
+    meta->seed = t->opt.seed;
+    meta->world_size = t->topo.world;
+    snprintf(meta->strategy, sizeof meta->strategy, "%s", fsdp_strategy_name(t->opt.strategy));
+}
+
+void fsdp_trainer_meta_free(fsdp_ckpt_meta *meta) { fsdp_ckpt_meta_free(meta); }
+
+int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {
+    void *host = t->be->alloc_host(t->be, fsdp_trainer_snapshot_bytes(t), "checkpoint snapshot");
+    fsdp_trainer_snapshot(t, host);
+    fsdp_ckpt_tensor *tensors = fsdp_trainer_tensor_table(t);
+    int num_pieces = 0;
+    fsdp_ckpt_piece *pieces = fsdp_trainer_pieces(t, host, 1, &num_pieces);
     fsdp_ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    meta.step = t->step;
-    meta.samples_seen = (int64_t)t->samples_seen;
-    meta.seed = t->opt.seed;
-    meta.world_size = t->topo.world;
-    snprintf(meta.strategy, sizeof meta.strategy, "%s", fsdp_strategy_name(t->opt.strategy));
-    meta.config_json = config;
-    meta.schedule_json = schedule;
-    meta.run_json = (char *)(t->opt.run_json ? t->opt.run_json : "{}");
-    int rc = fsdp_ckpt_write(t->world, path, tensors, t->layout.num_params, pieces, num_pieces, &meta, err);
-    free(schedule);
+    fsdp_trainer_meta(t, &meta);
+    fsdp_ckpt_writer *w = fsdp_ckpt_begin(t->world, path, tensors, t->layout.num_params, pieces, num_pieces,
+                                          fsdp_trainer_snapshot_dtype(t), &meta, err);
+    int rc = w ? fsdp_ckpt_commit(w, err) : -1;
+    fsdp_trainer_meta_free(&meta);
     free(pieces);
     free(tensors);
-    free(host);
+    t->be->free_host(t->be, host);
     return rc;
 }
 
-int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err) {
-    fsdp_ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    if (fsdp_ckpt_read_meta(t->world, path, &meta, err)) return -1;
+/* The attributes a resumed run takes over must fit this run's model and schedule. */
+static int check_saved(fsdp_trainer *t, const char *path, const fsdp_ckpt_meta *meta, fsdp_err *err) {
     fsdp_model_config saved;
     fsdp_err cfg_err = {0};
-    int rc = 0;
-    if (!meta.config_json ||
-        fsdp_hf_config_parse(meta.config_json, strlen(meta.config_json), path, &saved, &cfg_err)) {
-        rc = fsdp_errf(err, "checkpoint %s: its model config cannot be read (%s)", path, cfg_err.msg);
-    } else if (!fsdp_model_config_same_shape(&saved, &t->cfg)) {
+    if (!meta->config_json || fsdp_hf_config_parse(meta->config_json, strlen(meta->config_json), path, &saved, &cfg_err))
+        return fsdp_errf(err, "checkpoint %s: its model config cannot be read (%s)", path, cfg_err.msg);
+    if (!fsdp_model_config_same_shape(&saved, &t->cfg)) {
         char have[256], want[256];
         fsdp_model_config_describe(&saved, have, sizeof have);
         fsdp_model_config_describe(&t->cfg, want, sizeof want);
-        rc = fsdp_errf(err, "checkpoint %s holds a different model (%s) than --model %s (%s)", path, have,
-                       t->opt.model, want);
+        return fsdp_errf(err, "checkpoint %s holds a different model (%s) than --model %s (%s)", path, have,
+                         t->opt.model, want);
     }
-    if (rc) {
+    return fsdp_schedule_check_record(meta->schedule_json, meta->step, path, err);
+}
+
+int fsdp_trainer_load_into(fsdp_trainer *t, const char *path, void *host, fsdp_err *err) {
+    fsdp_ckpt_meta meta;
+    if (fsdp_ckpt_read_meta(t->world, path, &meta, err)) return -1;
+    if (check_saved(t, path, &meta, err)) {
         fsdp_ckpt_meta_free(&meta);
         return -1;
     }
-
-    int64_t total = total_shard(t);
-    float *host = fsdp_xcalloc((size_t)(3 * total), sizeof(float), "checkpoint staging");
-    float *master = host, *m = host + total, *v = host + 2 * total;
-    fsdp_ckpt_tensor *tensors = tensor_table(t);
-    fsdp_ckpt_piece *pieces = fsdp_xcalloc((size_t)t->layout.num_params, sizeof *pieces, "checkpoint pieces");
-    int num_pieces = build_pieces(t, master, m, v, pieces);
-    rc = fsdp_ckpt_read(t->world, path, tensors, t->layout.num_params, pieces, num_pieces, err);
+    if (meta.format_version < 2)
+        fsdp_warn("checkpoint %s has format version %d, written before checksums: its contents cannot be verified",
+                  path, meta.format_version);
+    void *own = host ? NULL : t->be->alloc_host(t->be, fsdp_trainer_snapshot_bytes(t), "checkpoint staging");
+    fsdp_ckpt_tensor *tensors = fsdp_trainer_tensor_table(t);
+    int num_pieces = 0;
+    fsdp_ckpt_piece *pieces = fsdp_trainer_pieces(t, host ? host : own, 0, &num_pieces);
+    int rc = fsdp_ckpt_read_as(t->world, path, tensors, t->layout.num_params, pieces, num_pieces,
+                               fsdp_trainer_snapshot_dtype(t), err);
     if (rc == 0) {
-        int64_t base = 0;
-        for (int u = 0; u < t->layout.num_units; u++) {
-            fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-            to_device(t, view.master, master + base, view.len);
-            to_device(t, view.m, m + base, view.len);
-            to_device(t, view.v, v + base, view.len);
-            base += view.len;
-        }
-        fsdp_engine_refresh_working(t->eng);
+        restore(t, host ? host : own);
         t->step = (int)meta.step;
         t->samples_seen = (uint64_t)meta.samples_seen;
         if (meta.seed != t->opt.seed)
@@ -206,10 +224,12 @@ int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err) {
     }
     free(pieces);
     free(tensors);
-    free(host);
+    if (own) t->be->free_host(t->be, own);
     fsdp_ckpt_meta_free(&meta);
     return rc;
 }
+
+int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err) { return fsdp_trainer_load_into(t, path, NULL, err); }
 
 void fsdp_trainer_init_weights(fsdp_trainer *t) {
     int64_t total = total_shard(t);
@@ -228,12 +248,34 @@ void fsdp_trainer_init_weights(fsdp_trainer *t) {
         }
         base += view.len;
     }
+    /* To the master dtype: rounded to bf16 for a bf16 master, on either backend. */
+    fsdp_backend *be = t->be;
+    size_t es = master_size(t);
+    void *staged = fsdp_xmalloc((size_t)total * es, "initial weights");
+    for (int64_t i = 0; i < total; i++) {
+        if (es == 2)
+            ((uint16_t *)staged)[i] = fsdp_f32_to_bf16(host[i]);
+        else
+            ((float *)staged)[i] = t->opt.master_dtype == FSDP_BF16 ? fsdp_round_bf16(host[i]) : host[i];
+    }
     base = 0;
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-        to_device(t, view.master, host + base, view.len);
+        be->copy_h2d(be, view.master, (char *)staged + (size_t)base * es, (size_t)view.len * es, be->compute);
         base += view.len;
     }
+    be->stream_synchronize(be, be->compute);
     fsdp_engine_refresh_working(t->eng);
+    free(staged);
     free(host);
+}
+
+void fsdp_trainer_poison(fsdp_trainer *t) {
+    fsdp_backend *be = t->be;
+    fsdp_shard_view view = fsdp_engine_view(t->eng, 0);
+    float nan_f32 = NAN;
+    uint16_t nan_bf16 = fsdp_f32_to_bf16(NAN);
+    be->copy_h2d(be, view.master, master_size(t) == 2 ? (const void *)&nan_bf16 : (const void *)&nan_f32, master_size(t),
+                 be->compute);
+    be->stream_synchronize(be, be->compute);
 }

@@ -3,7 +3,15 @@
 void fsdp_optimizer_step(fsdp_backend *be, fsdp_engine *eng, int num_units, fsdp_dtype master_dtype,
                          fsdp_dtype compute_dtype, const fsdp_adamw_args *args, float max_grad_norm,
                          const fsdp_optimizer_scalars *sc) {
-    fsdp_engine_grad_sumsq(eng, sc->sumsq);
+    fsdp_optimizer_grad_sumsq(eng, sc);
+    fsdp_optimizer_update(be, eng, num_units, master_dtype, compute_dtype, args, max_grad_norm, sc);
+}
+
+void fsdp_optimizer_grad_sumsq(fsdp_engine *eng, const fsdp_optimizer_scalars *sc) { fsdp_engine_grad_sumsq(eng, sc->sumsq); }
+
+void fsdp_optimizer_update(fsdp_backend *be, fsdp_engine *eng, int num_units, fsdp_dtype master_dtype,
+                           fsdp_dtype compute_dtype, const fsdp_adamw_args *args, float max_grad_norm,
+                           const fsdp_optimizer_scalars *sc) {
     be->clip_scale(be, sc->scale, sc->sumsq, max_grad_norm, be->compute);
     fsdp_adamw_args no_decay = *args;
     no_decay.weight_decay = 0.0f;

@@ -14,6 +14,13 @@ typedef struct {
     float *scale; /* device: the clip coefficient applied */
 } fsdp_optimizer_scalars;
 
+/* The two halves of a step, for a caller that looks at the gradient norm before updating (a step
+ * with a non-finite norm is skipped): *sumsq of the gradients, then clipping and AdamW. */
+void fsdp_optimizer_grad_sumsq(fsdp_engine *eng, const fsdp_optimizer_scalars *scalars);
+void fsdp_optimizer_update(fsdp_backend *be, fsdp_engine *eng, int num_units, fsdp_dtype master_dtype,
+                           fsdp_dtype compute_dtype, const fsdp_adamw_args *args, float max_grad_norm,
+                           const fsdp_optimizer_scalars *scalars);
+/* Both. */
 void fsdp_optimizer_step(fsdp_backend *be, fsdp_engine *eng, int num_units, fsdp_dtype master_dtype,
                          fsdp_dtype compute_dtype, const fsdp_adamw_args *args, float max_grad_norm,
                          const fsdp_optimizer_scalars *scalars);

@@ -27,6 +27,9 @@ typedef struct {
     int mbs_auto;               /* --mbs auto: the largest micro-batch the memory plan fits (src/train/memory_fit.c) */
     int global_batch;           /* --global-batch: grad_accum = global_batch / (mbs * ranks); 0 = use grad_accum */
     size_t memory_limit;        /* --memory-limit in bytes per rank, 0 = the device's memory */
+    int seq_given;              /* --seq was on the command line (else it may shrink to the model's) */
+    int allow_longer_seq;       /* --allow-longer-seq */
+    int max_skipped;            /* --max-skipped: consecutive non-finite steps before the run stops */
     double lr, min_lr, weight_decay, beta1, beta2, adam_eps, clip;
     int warmup;
     uint64_t seed;
@@ -41,6 +44,7 @@ typedef struct {
     /* checkpoints and output */
     const char *ckpt_dir;
     int ckpt_every, keep;
+    int overwrite;              /* --overwrite: a fresh run may replace the checkpoints in ckpt_dir */
     const char *resume;         /* NULL, "auto" or a file */
     const char *metrics;
     int log_every;

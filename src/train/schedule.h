@@ -5,6 +5,9 @@
 #define FSDP_TRAIN_SCHEDULE_H
 
 #include <jansson.h>
+#include <stdint.h>
+
+#include "../base/error.h"
 
 typedef struct {
     double lr, min_lr;
@@ -14,5 +17,9 @@ typedef struct {
 double fsdp_schedule_lr(const fsdp_schedule *s, int step);
 /* The schedule after `step` steps as a JSON object ({"type": "warmup_cosine", ...}), for checkpoints. */
 json_t *fsdp_schedule_json(const fsdp_schedule *s, int step);
+
+/* Checks a checkpoint's schedule record (fsdp_schedule_json text) against the step it was saved at:
+ * last_lr must be the rate its own schedule gives at `step`. -1 with a message naming `origin`. */
+int fsdp_schedule_check_record(const char *json_text, int64_t step, const char *origin, fsdp_err *err);
 
 #endif

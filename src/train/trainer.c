@@ -8,13 +8,15 @@
 #include <sys/stat.h>
 
 #include "../base/fault.h"
+#include "../base/files.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
-#include "../io/checkpoint.h"
 #include "../io/hf_config.h"
 #include "../io/jsonio.h"
 #include "hf_import.h"
+#include "checkpointing.h"
 #include "optimizer.h"
+#include "preemption.h"
 
 /* Where a step's time goes, from events on the compute stream (waits for communication included):
  * the first micro-batch's forward through the blocks, LM head (loss and its backward), backward
@@ -38,7 +40,31 @@ int fsdp_train_load_model(const char *spec, fsdp_model_config *cfg, fsdp_err *er
         return fsdp_usagef(err, "--model '%s' is neither a preset (%s) nor a config.json file or directory", spec,
                            names);
     }
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+        return fsdp_usagef(err, "--model %s is %s, not a config.json file or directory", spec, fsdp_file_type_name(st.st_mode));
+    char inside[4200];
+    snprintf(inside, sizeof inside, "%s/config.json", spec);
+    if (S_ISDIR(st.st_mode) && fsdp_regular_or_absent(inside, "--model", err) < 0) return -1;
     return fsdp_hf_config_load(spec, cfg, err);
+}
+
+/* Positions beyond the model's max_position_embeddings were never trained: a longer --seq is a
+ * mistake unless asked for (the default shrinks to the model's length). */
+static int check_seq(fsdp_trainer *t, fsdp_err *err) {
+    fsdp_train_options *o = &t->opt;
+    int max = t->cfg.max_position_embeddings;
+    if (o->seq <= max) return 0;
+    if (!o->seq_given) {
+        fsdp_log("--seq %d: the model's max_position_embeddings (the default %d is longer)\n", max, o->seq);
+        o->seq = max;
+        return 0;
+    }
+    if (o->allow_longer_seq && t->cfg.family->pos != FSDP_POS_LEARNED) return 0;
+    return fsdp_usagef(err,
+                       "--seq %d exceeds the model's max_position_embeddings %d%s", o->seq, max,
+                       t->cfg.family->pos == FSDP_POS_LEARNED ? " (its positions are learned)"
+                                                        : ": positions beyond it were never trained; pass "
+                                                          "--allow-longer-seq to train on longer sequences anyway");
 }
 
 static int create_engine(fsdp_trainer *t, fsdp_err *err) {
@@ -67,11 +93,11 @@ static void reserve_scratch(fsdp_trainer *t) {
 static int setup(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
     if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0) {
-        if (o->init_from)
-            fsdp_init_from_config(t->world, o->init_from, o->model, &t->cfg, err);
-        else
-            fsdp_train_load_model(o->model, &t->cfg, err);
+        int rc = o->init_from ? fsdp_init_from_config(t->world, o->init_from, o->model, &t->cfg, err)
+                              : fsdp_train_load_model(o->model, &t->cfg, err);
+        if (rc == 0) check_seq(t, err);
     }
+    if (o->data && strcmp(o->data, "synthetic") && !err->failed) fsdp_require_regular(o->data, "--data", err);
     if (fsdp_agree(&t->world, err)) return -1;
     fsdp_layout_build(&t->cfg, &t->layout);
     fsdp_plan_unit_order(&t->cfg, &t->layout, &t->order, &t->order_len, &t->pinned);
@@ -88,6 +114,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     if (fsdp_agree(&t->world, err)) return -1;
     fsdp_fit_choose(t, err); /* the micro-batch of --mbs auto, the accumulation of --global-batch */
     if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_host_memory_check(t, err)) return -1;
 
     /* From here to fsdp_fit_check_setup every rank runs to the end even when memory runs out. */
     t->be->oom.deferred = 1;
@@ -119,6 +146,8 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
 }
 
 static void teardown(fsdp_trainer *t) {
+    fsdp_preemption_uninstall();
+    if (t->be) fsdp_ckpt_teardown(t);
     if (t->metrics) fsdp_metrics_close(t->metrics);
     fsdp_data_close(&t->data);
     if (t->be) {
@@ -136,35 +165,6 @@ static void teardown(fsdp_trainer *t) {
     fsdp_layout_free(&t->layout);
     free(t->order);
     free(t->pinned);
-}
-
-/* ---- checkpoints ---- */
-
-static int resolve_resume(fsdp_trainer *t, char *path, int cap, fsdp_err *err) {
-    const char *r = t->opt.resume;
-    if (!r) return 0;
-    if (strcmp(r, "auto")) {
-        snprintf(path, (size_t)cap, "%s", r);
-        return 1;
-    }
-    int found = fsdp_ckpt_find_latest(t->opt.ckpt_dir, path, cap, err);
-    if (found < 0) return -1;
-    if (found == 0) fsdp_log("resume: no checkpoint in %s yet, starting from step 0\n", t->opt.ckpt_dir);
-    return found;
-}
-
-static int save_checkpoint(fsdp_trainer *t, fsdp_err *err) {
-    char name[64], path[4096];
-    snprintf(name, sizeof name, "step-%08d.h5", t->step);
-    snprintf(path, sizeof path, "%s/%s", t->opt.ckpt_dir, name);
-    double t0 = fsdp_now();
-    if (fsdp_trainer_save(t, path, err)) return -1;
-    if (fsdp_rank() == 0) {
-        if (fsdp_ckpt_set_latest(t->opt.ckpt_dir, name, err) == 0) fsdp_ckpt_prune(t->opt.ckpt_dir, t->opt.keep, err);
-    }
-    if (fsdp_agree(&t->world, err)) return -1;
-    fsdp_log("checkpoint: step %d written to %s in %.1f s\n", t->step, path, fsdp_now() - t0);
-    return 0;
 }
 
 /* ---- one step ---- */
@@ -203,6 +203,7 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     be->copy_h2d(be, fsdp_model_tokens(m), t->host_inputs + at, n * sizeof(int32_t), be->compute);
     be->copy_h2d(be, fsdp_model_targets(m), t->host_targets + at, n * sizeof(int32_t), be->compute);
 
+    if (a == 0 && (fsdp_fault_nonfinite(t->step + 1) & 1)) grad_scale = NAN; /* FSDP_TEST_FAIL=...:nan */
     const void *embed = fsdp_engine_params(e, E);
     fsdp_model_embed_forward(m, embed);
     fsdp_engine_done_forward(e, E);
@@ -243,9 +244,34 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
 }
 
 typedef struct {
-    double loss, grad_norm, lr, step_ms, comm_wait_ms;
+    double loss, grad_norm, lr, step_ms, comm_wait_ms, time_s;
+    int skipped;
     double phase_ms[PHASES - 1]; /* between consecutive PHASE_* events */
 } step_result;
+
+/* A step whose loss or gradient norm is not finite changed nothing but the data position; too many
+ * in a row stop the run with what probably caused them. */
+static int skip_step(fsdp_trainer *t, const step_result *r, fsdp_err *err) {
+    const fsdp_train_options *o = &t->opt;
+    t->skipped_steps++;
+    t->consecutive_skips++;
+    fsdp_log("step %d skipped: the %s is not finite (loss %g, gradient norm %g); weights and optimizer state are "
+             "unchanged (%d in a row, --max-skipped %d)\n",
+             t->step, isfinite(r->loss) ? "gradient norm" : "loss", r->loss, r->grad_norm, t->consecutive_skips,
+             o->max_skipped);
+    if (t->consecutive_skips <= o->max_skipped) return 0;
+    int first = t->step - t->consecutive_skips + 1;
+    if (t->skipped_steps == t->step - t->first_step)
+        return fsdp_errf(err,
+                         "every step of this run had a non-finite loss or gradient norm (steps %d-%d): the starting "
+                         "weights or the data are broken, or the model overflows in %s (try --mixed-precision no)",
+                         first, t->step, fsdp_dtype_name(o->compute_dtype));
+    return fsdp_errf(err,
+                     "%d consecutive steps (%d-%d) had a non-finite loss or gradient norm: the training has diverged; "
+                     "lower --lr (now %g), raise --warmup (now %d) or clip harder with --clip (now %g), and resume "
+                     "from the last checkpoint",
+                     t->consecutive_skips, first, t->step, o->lr, o->warmup, o->clip);
+}
 
 static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     fsdp_backend *be = t->be;
@@ -267,23 +293,30 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     fsdp_adamw_args args = {(float)fsdp_schedule_lr(&t->sched, step), (float)o->beta1, (float)o->beta2,
                             (float)o->adam_eps, (float)o->weight_decay, step};
     fsdp_optimizer_scalars sc = {t->dev_scalars + SCALAR_SUMSQ, t->dev_scalars + SCALAR_CLIP};
-    fsdp_optimizer_step(be, t->eng, t->layout.num_units, o->master_dtype, o->compute_dtype, &args, (float)o->clip,
-                        &sc);
-    mark(t, 0, PHASE_OPTIMIZER);
+    /* The loss and the gradient norm are looked at before the update: a step that is not finite
+     * is not applied (src/train/checkpointing.h: a poisoned model is never saved). */
+    fsdp_optimizer_grad_sumsq(t->eng, &sc);
     be->copy_d2h(be, t->host_scalars, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
     be->stream_synchronize(be, be->compute);
-    for (int i = 0; i + 1 < PHASES; i++) r->phase_ms[i] = be->event_elapsed_ms(be, t->phase[i], t->phase[i + 1]);
-
-    double loss_sum = t->host_scalars[SCALAR_LOSS];
-    fsdp_mpi_allreduce(&loss_sum, 1, MPI_DOUBLE, MPI_SUM, t->world, "the loss of the step");
-    r->loss = counted > 0 ? loss_sum / (double)counted : 0.0;
+    double sums[2] = {t->host_scalars[SCALAR_LOSS], isfinite(t->host_scalars[SCALAR_SUMSQ]) ? 0.0 : 1.0};
+    if (fsdp_fault_nonfinite(step) & 2) sums[0] = NAN; /* FSDP_TEST_FAIL=...:nanloss */
+    fsdp_mpi_allreduce(sums, 2, MPI_DOUBLE, MPI_SUM, t->world, "the loss of the step");
+    r->loss = counted > 0 ? sums[0] / (double)counted : 0.0;
     r->grad_norm = sqrt((double)t->host_scalars[SCALAR_SUMSQ]);
+    r->skipped = !isfinite(r->loss) || sums[1] != 0.0;
+    if (!r->skipped) {
+        fsdp_optimizer_update(be, t->eng, t->layout.num_units, o->master_dtype, o->compute_dtype, &args,
+                              (float)o->clip, &sc);
+        if (fsdp_fault_poison(step)) fsdp_trainer_poison(t); /* FSDP_TEST_FAIL=...:poison */
+    }
+    mark(t, 0, PHASE_OPTIMIZER);
+    be->stream_synchronize(be, be->compute);
+    for (int i = 0; i + 1 < PHASES; i++) r->phase_ms[i] = be->event_elapsed_ms(be, t->phase[i], t->phase[i + 1]);
     r->lr = args.lr;
     r->step_ms = (fsdp_now() - t0) * 1e3;
     t->step = step;
     t->samples_seen += (uint64_t)o->grad_accum * (uint64_t)o->mbs * (uint64_t)t->topo.world;
-    if (!isfinite(r->loss)) return fsdp_errf(err, "the loss became %g at step %d", r->loss, step);
-    return 0;
+    return r->skipped ? skip_step(t, r, err) : (t->consecutive_skips = 0);
 }
 
 /* ---- reporting ---- */
@@ -308,14 +341,15 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
     }
     if (t->metrics) {
         const double *p = r->phase_ms;
-        json_t *rec = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I}", "step", t->step,
+        json_t *rec = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:i, s:o}", "step", t->step,
                                 "loss", fsdp_json_number(r->loss), "lr", fsdp_json_number(r->lr), "grad_norm",
                                 fsdp_json_number(r->grad_norm), "tokens_per_s_per_gpu", fsdp_json_number(tps),
                                 "step_ms", fsdp_json_number(r->step_ms), "comm_wait_ms",
                                 fsdp_json_number(r->comm_wait_ms), "forward_ms", fsdp_json_number(p[0]), "head_ms",
                                 fsdp_json_number(p[1]), "backward_ms", fsdp_json_number(p[2]), "rest_ms",
                                 fsdp_json_number(p[3]), "optimizer_ms", fsdp_json_number(p[4]), "samples_seen",
-                                (json_int_t)t->samples_seen);
+                                (json_int_t)t->samples_seen, "skipped_steps", t->skipped_steps, "time_s",
+                                fsdp_json_number(r->time_s));
         if (!rec) fsdp_fatal("out of host memory building a metrics record");
         fsdp_metrics_write(t->metrics, rec, err);
         json_decref(rec);
@@ -378,8 +412,8 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
                  fsdp_gib((size_t)max_outside[0]), fsdp_gib(t->plan.outside), fsdp_gib((size_t)max_outside[1]),
                  fsdp_gib((size_t)max_outside[2]));
     if (t->metrics) {
-        json_t *rec = json_pack("{s:b, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:i, s:s, s:s}", "summary", 1, "steps",
-                                steps_run, "final_step", t->step, "tokens_per_s_per_gpu", fsdp_json_number(tps),
+        json_t *rec = json_pack("{s:b, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:i, s:s, s:s}", "summary", 1, "steps",
+                                steps_run, "final_step", t->step, "skipped_steps", t->skipped_steps, "tokens_per_s_per_gpu", fsdp_json_number(tps),
                                 "tokens_per_s_per_gpu_course", fsdp_json_number(course), "tflops_per_gpu",
                                 fsdp_json_number(tflops), "mfu",
                                 fsdp_json_number(t->be->peak_tflops > 0 ? tflops / t->be->peak_tflops : 0.0),
@@ -449,25 +483,10 @@ static int setup_fitting(fsdp_trainer *t, fsdp_err *err) {
 static int run(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
     if (setup_fitting(t, err)) return -1;
-
-    char resume_path[4096];
-    int resume = resolve_resume(t, resume_path, sizeof resume_path, err);
-    if (fsdp_agree(&t->world, err)) return -1;
-    if (resume > 0) {
-        if (fsdp_trainer_load(t, resume_path, err)) return -1;
-        fsdp_log("resumed from %s at step %d (%llu samples seen)\n", resume_path, t->step,
-                 (unsigned long long)t->samples_seen);
-    } else if (o->init_from) {
-        if (fsdp_trainer_init_from(t, err)) return -1;
-    } else {
-        fsdp_trainer_init_weights(t);
-    }
-    if (o->ckpt_dir && fsdp_rank() == 0 && mkdir(o->ckpt_dir, 0777) != 0) {
-        struct stat st;
-        if (stat(o->ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            fsdp_errf(err, "--ckpt-dir %s cannot be created", o->ckpt_dir);
-    }
-    if (o->metrics && fsdp_rank() == 0) t->metrics = fsdp_metrics_open(o->metrics, resume > 0, err);
+    int resumed = 0;
+    if (fsdp_ckpt_setup(t, &resumed, err)) return -1;
+    if (o->metrics && fsdp_rank() == 0 && fsdp_regular_or_absent(o->metrics, "--metrics", err) >= 0)
+        t->metrics = fsdp_metrics_open(o->metrics, resumed, err);
     if (fsdp_agree(&t->world, err)) return -1;
 
     describe_run(t);
@@ -475,25 +494,37 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         fsdp_log("nothing to do: the run is at step %d and --steps is %d\n", t->step, o->steps);
         return 0;
     }
+    fsdp_preemption_install();
     double start = fsdp_now(), timed_s = 0.0;
-    int first = t->step, timed_steps = 0;
-    while (t->step < o->steps) {
+    int timed_steps = 0, stop = 0;
+    t->first_step = t->step;
+    while (t->step < o->steps && !stop) {
         step_result r;
         if (train_step(t, &r, err)) break;
         /* The first step pays for allocation and kernel selection: throughput counts the rest. */
-        if (t->step > first + 1 || o->steps - first == 1) {
+        if (t->step > t->first_step + 1 || o->steps - t->first_step == 1) {
             timed_s += r.step_ms / 1e3;
             timed_steps++;
         }
-        double avg = (fsdp_now() - start) / (t->step - first);
+        double avg = (fsdp_now() - start) / (t->step - t->first_step);
         double tps = (double)o->grad_accum * o->mbs * o->seq / (r.step_ms / 1e3);
+        r.time_s = fsdp_now() - start;
         report_step(t, &r, tps, avg * (o->steps - t->step), err);
-        if (o->ckpt_dir && ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || t->step == o->steps))
-            if (save_checkpoint(t, err)) break;
+        if (fsdp_ckpt_boundary(t, &stop, err)) break;
     }
+    if (fsdp_agree(&t->world, err)) {
+        fsdp_ckpt_settle(t);
+        return -1;
+    }
+    report_summary(t, t->step - t->first_step, timed_s, timed_steps, fsdp_now() - start, err);
     if (fsdp_agree(&t->world, err)) return -1;
-    report_summary(t, t->step - first, timed_s, timed_steps, fsdp_now() - start, err);
-    return fsdp_agree(&t->world, err);
+    if (!stop) return 0;
+    if (o->ckpt_dir)
+        fsdp_log("stopped by %s at step %d: checkpoint %s/step-%08d.h5 written; continue with --resume auto\n",
+                 fsdp_signal_name(stop), t->step, o->ckpt_dir, t->step);
+    else
+        fsdp_log("stopped by %s at step %d (no --ckpt-dir: nothing saved)\n", fsdp_signal_name(stop), t->step);
+    return FSDP_EXIT_PREEMPTED;
 }
 
 int fsdp_train(const fsdp_train_options *opt, fsdp_err *err) {

@@ -16,6 +16,8 @@
 #include "options.h"
 #include "schedule.h"
 
+typedef struct fsdp_saver fsdp_saver; /* checkpoints of the run (src/train/ckpt_saver.c) */
+
 typedef struct {
     fsdp_train_options opt;
     MPI_Comm world;
@@ -34,6 +36,9 @@ typedef struct {
     int *order, order_len; /* unit visiting order of one micro-batch */
     int *pinned;
     int embed_rows;        /* the embedding gradient goes as rows (fsdp_engine_add_rows), not dense */
+    fsdp_saver *saver;
+    int skipped_steps, consecutive_skips; /* steps not applied: non-finite loss or gradients */
+    int first_step;                       /* the step this run started from */
 
     int32_t *host_inputs, *host_targets; /* [grad_accum][mbs*seq], pinned */
     float *dev_scalars;                  /* loss sum, grad sum of squares, clip scale */
@@ -49,7 +54,8 @@ typedef struct {
     int step_downs;
 } fsdp_trainer;
 
-/* Runs `fsdp train` to the end. Returns 0, or -1 with err set (already agreed across ranks). */
+/* Runs `fsdp train` to the end. Returns 0; FSDP_EXIT_PREEMPTED (src/train/preemption.h) when a
+ * signal stopped it after its checkpoint was written; or -1 with err set (agreed across ranks). */
 int fsdp_train(const fsdp_train_options *opt, fsdp_err *err);
 
 /* A preset name, or a Hugging Face config.json or its directory (--model). */
@@ -84,5 +90,7 @@ int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float 
 /* Copies a host fp32 array of unit u's shard length into its master shard (rounded to the master
  * dtype); call fsdp_engine_refresh_working after the last unit. */
 void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master);
+/* Test hook (FSDP_TEST_FAIL=...:poison): makes this rank's first master weight NaN. */
+void fsdp_trainer_poison(fsdp_trainer *t);
 
 #endif

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include "io/ckpt_dir.h"
 
 static int rank, size, failures;
 static char dir[1024];
@@ -90,8 +91,9 @@ static void make_pieces(piece_set *ps, int read_split, int fill, int with_optimi
         p->exp_avg = with_optimizer ? calloc((size_t)n + 1, sizeof(float)) : NULL;
         p->exp_avg_sq = with_optimizer ? calloc((size_t)n + 1, sizeof(float)) : NULL;
         for (int64_t i = 0; i < n && fill; i++) {
-            p->param[i] = value(t, 0, s + i);
-            if (with_optimizer) p->exp_avg[i] = value(t, 1, s + i), p->exp_avg_sq[i] = value(t, 2, s + i);
+            ((float *)p->param)[i] = value(t, 0, s + i);
+            if (with_optimizer)
+                ((float *)p->exp_avg)[i] = value(t, 1, s + i), ((float *)p->exp_avg_sq)[i] = value(t, 2, s + i);
         }
     }
 }
@@ -111,7 +113,7 @@ static int pieces_match(const piece_set *ps) {
     for (int i = 0; i < ps->num; i++) {
         const fsdp_ckpt_piece *p = &ps->pieces[i];
         for (int64_t j = 0; j < p->count; j++) {
-            float *bufs[3] = {p->param, p->exp_avg, p->exp_avg_sq};
+            float *bufs[3] = {(float *)p->param, (float *)p->exp_avg, (float *)p->exp_avg_sq};
             for (int k = 0; k < 3; k++)
                 if (bufs[k] && bufs[k][j] != value(p->tensor, k, p->start + j)) {
                     if (bad++ < 5)
@@ -132,7 +134,8 @@ static void sample_meta(fsdp_ckpt_meta *m, const char *config) {
     m->world_size = size;
     snprintf(m->strategy, sizeof m->strategy, "FULL");
     m->config_json = (char *)config;
-    m->schedule_json = "{\"lr\": 0.0003, \"warmup\": 100}";
+    m->schedule_json = "{\"type\": \"warmup_cosine\", \"lr\": 0.0003, \"min_lr\": 0, \"warmup\": 100, "
+                       "\"total_steps\": 2000, \"last_lr\": 0.0002}";
     m->run_json = "{\"note\": \"caf\xC3\xA9 \\\"quoted\\\"\"}";
 }
 
@@ -261,7 +264,7 @@ static void test_bad_files(const char *good) {
         hid_t a = H5Acreate2(file, "format", type, space, H5P_DEFAULT, H5P_DEFAULT);
         H5Awrite(a, type, FSDP_CKPT_FORMAT); /* fixed-length, as other writers might store it */
         H5Aclose(a);
-        long long v = 2;
+        long long v = 3;
         a = H5Acreate2(file, "format_version", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT);
         H5Awrite(a, H5T_NATIVE_LLONG, &v);
         H5Aclose(a);
@@ -291,7 +294,7 @@ static void test_bad_files(const char *good) {
     expect_failure(rc, &err, "is not an fsdp.c checkpoint", foreign, __LINE__);
     memset(&err, 0, sizeof err);
     rc = fsdp_ckpt_read_meta(MPI_COMM_WORLD, newer, &meta, &err);
-    expect_failure(rc, &err, "format version 2", newer, __LINE__);
+    expect_failure(rc, &err, "format version 3", newer, __LINE__);
     memset(&err, 0, sizeof err);
     rc = fsdp_ckpt_read_meta(MPI_COMM_WORLD, dir, &meta, &err);
     expect_failure(rc, &err, "is a directory", NULL, __LINE__);
@@ -302,7 +305,7 @@ static void test_bad_files(const char *good) {
 static void test_write_errors(const char *path) {
     piece_set w;
     fsdp_ckpt_meta meta;
-    sample_meta(&meta, NULL);
+    sample_meta(&meta, "{}");
     fsdp_err err = {0};
     char bad_path[1200];
     path_of(bad_path, sizeof bad_path, "no/such/dir/ckpt.h5");
@@ -323,15 +326,28 @@ static void test_write_errors(const char *path) {
     CHECK(!exists(other) && count_files_with(".tmp") == 0);
     free_pieces(&w);
 
-    /* Overwriting an existing checkpoint replaces it; NULL strings read back empty. */
+    /* Attributes that a reader would refuse are refused before anything is written. */
     make_pieces(&w, 0, 1, 1);
+    meta.config_json = NULL;
+    memset(&err, 0, sizeof err);
+    rc = fsdp_ckpt_write(MPI_COMM_WORLD, other, TENSORS, NT, w.pieces, w.num, &meta, &err);
+    expect_failure(rc, &err, "attribute 'config' is not a JSON object", NULL, __LINE__);
+    meta.config_json = "{}";
+    meta.samples_seen = -3;
+    memset(&err, 0, sizeof err);
+    rc = fsdp_ckpt_write(MPI_COMM_WORLD, other, TENSORS, NT, w.pieces, w.num, &meta, &err);
+    expect_failure(rc, &err, "attribute 'samples_seen' is -3", NULL, __LINE__);
+    meta.samples_seen = 1 << 20;
+    CHECK(!exists(other) && count_files_with(".tmp") == 0);
+
+    /* Overwriting an existing checkpoint replaces it. */
     meta.step = 99;
     memset(&err, 0, sizeof err);
     CHECK(fsdp_ckpt_write(MPI_COMM_WORLD, path, TENSORS, NT, w.pieces, w.num, &meta, &err) == 0);
     free_pieces(&w);
     fsdp_ckpt_meta back;
     CHECK(fsdp_ckpt_read_meta(MPI_COMM_WORLD, path, &back, &err) == 0);
-    CHECK(back.step == 99 && back.config_json && !strcmp(back.config_json, ""));
+    CHECK(back.step == 99 && back.config_json && !strcmp(back.config_json, "{}") && back.format_version == 2);
     fsdp_ckpt_meta_free(&back);
     CHECK(count_files_with(".tmp") == 0);
 }
@@ -409,9 +425,17 @@ static void test_directory(void) {
     memset(&err, 0, sizeof err);
     CHECK(fsdp_ckpt_find_latest(dir, out, sizeof out, &err) == -1 && strstr(err.msg, "does not exist"));
     memset(&err, 0, sizeof err);
-    CHECK(fsdp_ckpt_prune(sub, 2, &err) == -1 && strstr(err.msg, sub));
-    const char *left[] = {"step-00000010.h5", "step-100000000.h5", "step-00000004.h5.tmp", "notes.txt", "step-x.h5",
-                          "latest"};
+    /* Without a valid 'latest' nothing is known to be verified: pruning deletes nothing. */
+    CHECK(fsdp_ckpt_prune(dir, 1, &err) == 0 && count_files_with(".h5") == 3);
+    CHECK(fsdp_ckpt_prune(sub, 2, &err) == 0);
+    /* Stale temporaries go, other files stay. */
+    CHECK(fsdp_ckpt_remove_stale(dir, NULL, &err) == 1 && count_files_with(".tmp") == 0);
+    fsdp_ckpt_file *files = NULL;
+    int nfiles = 0;
+    CHECK(fsdp_ckpt_list(dir, &files, &nfiles, &err) == 0 && nfiles == 2 && files[0].step == 100000000 &&
+          files[1].step == 10);
+    free(files);
+    const char *left[] = {"step-00000010.h5", "step-100000000.h5", "notes.txt", "step-x.h5", "latest", "none"};
     for (int i = 0; i < 6; i++) {
         path_of(p, sizeof p, left[i]);
         remove(p);
