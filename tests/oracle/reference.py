@@ -10,6 +10,17 @@ and rope_theta (transformers 4) or rope_parameters (5); the biases of Llama's at
 v, o) and mlp_bias, Qwen2's fixed q/k/v biases and OPT's enable_bias; the token embedding as
 nn.Embedding(padding_idx=pad_token_id), whose pad row gets no gradient from input tokens.
 
+Dropout, when the dump is a training pass (it then carries `dropout_seed` and `sample_base`), is
+applied where transformers applies it in training: OPT's `dropout` on the attention block's output
+(after out_proj) and on the MLP's output (after fc2), each before its residual add, and every
+family's `attention_dropout` on the softmax probabilities before they multiply V; never on the
+embeddings, and never OPT's `activation_dropout` (OPTDecoderLayer does not use it). Which elements
+are kept is fsdp.c's documented definition (docs/DESIGN.md, "Dropout masks"): Philox-4x32-10,
+implemented here a second time from the paper's constants and checked against Random123's
+known answers, keyed by the seed, with the counter holding the global sample index, the layer, the
+site and the element's position in that sample's tensor. The rate is used as the float32 value
+fsdp.c stores, kept values are scaled by 1 / (1 - p).
+
 Only plain torch operations are used (torch 1.13 as Debian ships it: no
 scaled_dot_product_attention). The loss is the mean cross-entropy over the positions whose label
 is not -1, with no shift (the dumped labels are already the next tokens).
@@ -45,7 +56,120 @@ MUTATIONS = {
     "attn_bias_not_on_o": "llama: attention_bias on q, k and v only (as Qwen2), not on o_proj",
     "pad_row_input_grad": "all: the padding_idx row gets a gradient from input tokens",
     "rope_no_linear": "llama/qwen2: ignore linear rope scaling",
+    "dropout_not_in_backward": "dropout: masks applied in the forward only (gradients pass unmasked)",
+    "dropout_other_sample": "dropout: the masks of the next sample (global sample index + 1)",
+    "dropout_no_scale": "dropout: kept values not scaled by 1 / (1 - p)",
+    "dropout_sites_swapped": "opt dropout: the attention output drawn with the MLP output's mask and vice versa",
+    "dropout_probs_transposed": "attention dropout: the mask of (key, query) on (query, key)",
 }
+
+
+# ----------------------------------------------------------------------------------------------
+# Dropout masks: Philox-4x32-10 (Salmon et al., SC 2011) and fsdp.c's counter layout
+
+PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # round multipliers
+PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # Weyl sequence added to the key after every round
+U32 = np.uint64(0xFFFFFFFF)
+SITE_PROBS, SITE_ATTN_OUT, SITE_MLP_OUT = 0, 1, 2
+
+
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """The four output words for counters (c0..c3, arrays of equal shape) and key (k0, k1)."""
+    c = [np.asarray(x, dtype=np.uint64) & U32 for x in (c0, c1, c2, c3)]
+    k = [np.uint64(k0) & U32, np.uint64(k1) & U32]
+    for _ in range(10):
+        p0 = np.uint64(PHILOX_M[0]) * c[0]  # 32 x 32 bits: exact in 64
+        p1 = np.uint64(PHILOX_M[1]) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k[0], p1 & U32, (p0 >> np.uint64(32)) ^ c[3] ^ k[1], p0 & U32]
+        k = [(k[0] + np.uint64(PHILOX_W[0])) & U32, (k[1] + np.uint64(PHILOX_W[1])) & U32]
+    return c
+
+
+def philox_known_answers():
+    """Random123's kat_vectors for philox4x32_10: a list of failures (empty when all match)."""
+    kat = [((0, 0, 0, 0), (0, 0), (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)),
+           ((0xffffffff,) * 4, (0xffffffff,) * 2, (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
+           ((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), (0xa4093822, 0x299f31d0),
+            (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1))]
+    bad = []
+    for ctr, key, want in kat:
+        got = tuple(int(w) for w in philox4x32_10(*ctr, *key))
+        if got != want:
+            bad.append("counter %s key %s: %s, expected %s" % (ctr, key, [hex(x) for x in got], [hex(x) for x in want]))
+    return bad
+
+
+class Dropout:
+    """The masks of one training micro-batch: seed, the global index of its first sample, and the
+    rates (float32, as stored); all elements kept when not training."""
+
+    def __init__(self, seed, sample_base, hidden, attention, mutations):
+        self.seed, self.base, self.mutations = int(seed), int(sample_base), mutations
+        if "dropout_other_sample" in mutations:
+            self.base += 1
+        self.p = {"hidden": float(np.float32(hidden)), "attention": float(np.float32(attention))}
+
+    def _keep(self, p, groups, words, samples, layer, site):
+        threshold = min(int(math.floor(p * 4294967296.0 + 0.5)), 0xFFFFFFFF)  # round(p * 2^32)
+        g = groups.astype(np.uint64)
+        s = samples.astype(np.uint64)
+        w = philox4x32_10(g & U32, (g >> np.uint64(32)) | np.uint64(site << 16), s & U32,
+                          (s >> np.uint64(32)) | np.uint64(layer << 16), self.seed & 0xFFFFFFFF, self.seed >> 32)
+        word = np.choose(words, w)
+        return torch.tensor((word >= threshold).astype(np.float64), dtype=DTYPE)
+
+    def _apply(self, x, keep, p):
+        y = x * keep * (1.0 if "dropout_no_scale" in self.mutations else 1.0 / (1.0 - p))
+        return x + (y - x).detach() if "dropout_not_in_backward" in self.mutations else y
+
+    def residual(self, x, layer, site):
+        """x [B, T, C] (an attention or MLP output of `layer`), dropped as transformers' `dropout`."""
+        p = self.p["hidden"]
+        if p == 0.0:
+            return x
+        if "dropout_sites_swapped" in self.mutations:
+            site = SITE_MLP_OUT if site == SITE_ATTN_OUT else SITE_ATTN_OUT
+        B, T, C = x.shape
+        e = (np.arange(T)[:, None] * C + np.arange(C)[None, :])[None].repeat(B, 0)  # position in the sample
+        samples = self.base + np.arange(B)[:, None, None] + np.zeros_like(e)
+        return self._apply(x, self._keep(p, e >> 2, e & 3, samples, layer, site), p)
+
+    def probs(self, P, layer):
+        """P [B, H, T, T] (query, key) softmax probabilities of `layer`, dropped as `attention_dropout`."""
+        p = self.p["attention"]
+        if p == 0.0:
+            return P
+        B, H, T, _ = P.shape
+        tiles = (T + 15) // 16
+        i = np.arange(T)[:, None].repeat(T, 1)
+        j = np.arange(T)[None, :].repeat(T, 0)
+        if "dropout_probs_transposed" in self.mutations:
+            i, j = j, i
+        h = np.arange(H)[:, None, None]
+        # Groups are the four elements (i, j), (i, j+8), (i+8, j), (i+8, j+8) of a 16 x 16 tile.
+        groups = ((h * tiles + i // 16) * tiles + j // 16) * 64 + (i % 8) * 8 + j % 8  # [H, T, T]
+        words = 2 * ((i // 8) % 2) + (j // 8) % 2
+        groups = groups[None].repeat(B, 0)
+        words = np.broadcast_to(words, groups.shape)
+        samples = self.base + np.arange(B)[:, None, None, None] + np.zeros_like(groups)
+        return self._apply(P, self._keep(p, groups, words, samples, layer, SITE_PROBS), p)
+
+
+class NoDropout:
+    def residual(self, x, layer, site):
+        return x
+
+    def probs(self, P, layer):
+        return P
+
+
+def dropout_of(cfg, training, mutations):
+    """The dropout transformers applies for cfg: OPT reads `dropout` (default 0.1) and
+    `attention_dropout` (0.0); Llama and Qwen2 only `attention_dropout` (0.0)."""
+    if training is None:
+        return NoDropout()
+    hidden = cfg.get("dropout", 0.1) if cfg["model_type"] == "opt" else 0.0
+    return Dropout(training["seed"], training["sample_base"], hidden, cfg.get("attention_dropout", 0.0), mutations)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -66,6 +190,8 @@ def load_dump(path):
             "loss": float(np.asarray(f["loss"][...]).reshape(-1)[0]),
             "params": {k: np.asarray(v[...]) for k, v in f["param"].items()} if "param" in f else {},
             "grads": {k: np.asarray(v[...]) for k, v in f["grad"].items()} if "grad" in f else {},
+            "training": {"seed": int(f.attrs["dropout_seed"]), "sample_base": int(f.attrs["sample_base"])}
+            if "dropout_seed" in f.attrs else None,
         }
     return out
 
@@ -213,14 +339,14 @@ def layer_norm(x, w, b, eps, mutations):
     return y
 
 
-def causal_attention(q, k, v, scale, mutations):
+def causal_attention(q, k, v, scale, mutations, drop_probs=lambda P: P):
     """q [B, Hq, T, D]; k, v [B, Hq, T, D] (kv heads already expanded). Returns [B, Hq, T, D]."""
     T = q.shape[2]
     scores = q.matmul(k.transpose(-1, -2)) * scale
     if "no_causal" not in mutations:
         future = torch.ones(T, T, dtype=torch.bool).triu(1)
         scores = scores.masked_fill(future, float("-inf"))
-    return torch.softmax(scores, dim=-1).matmul(v)
+    return drop_probs(torch.softmax(scores, dim=-1)).matmul(v)
 
 
 def rope_inv_freq(cfg, D, mutations):
@@ -297,7 +423,7 @@ def embed_tokens(cfg, W, input_ids, mutations):
 # Models
 
 
-def llama_forward(cfg, P, input_ids, head, mutations=frozenset()):
+def llama_forward(cfg, P, input_ids, head, mutations=frozenset(), drop=NoDropout()):
     """Llama and Qwen2 (the same block; Qwen2 with q/k/v biases)."""
     C, Hq, Hkv, D = _llama_dims(cfg)
     eps = float(cfg.get("rms_norm_eps", 1e-6))
@@ -335,7 +461,7 @@ def llama_forward(cfg, P, input_ids, head, mutations=frozenset()):
         k = apply_rope(k, cos, sin, mutations)
         k = k[:, kv_of_head]  # [B, Hq, T, D]
         v = v[:, kv_of_head]
-        o = causal_attention(q, k, v, 1.0 / math.sqrt(D), mutations)
+        o = causal_attention(q, k, v, 1.0 / math.sqrt(D), mutations, lambda A, i=i: drop.probs(A, i))
         o = o.transpose(1, 2).reshape(B, T, Hq * D)
         x = x + linear(o, P[a + "o_proj.weight"], g(a + "o_proj.bias"))
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps, mutations)
@@ -347,7 +473,7 @@ def llama_forward(cfg, P, input_ids, head, mutations=frozenset()):
     return linear(x, head)
 
 
-def opt_forward(cfg, P, input_ids, head, mutations=frozenset()):
+def opt_forward(cfg, P, input_ids, head, mutations=frozenset(), drop=NoDropout()):
     C, H, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
     D = C // H
     eps = 1e-5  # OPT's LayerNorms use torch's default epsilon
@@ -373,17 +499,18 @@ def opt_forward(cfg, P, input_ids, head, mutations=frozenset()):
         k = linear(h, P[a + "k_proj.weight"], g(a + "k_proj.bias"))
         v = linear(h, P[a + "v_proj.weight"], g(a + "v_proj.bias"))
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
-        o = causal_attention(q, k, v, 1.0, mutations).transpose(1, 2).reshape(B, T, C)
-        x = x + linear(o, P[a + "out_proj.weight"], g(a + "out_proj.bias"))
+        o = causal_attention(q, k, v, 1.0, mutations, lambda A, i=i: drop.probs(A, i)).transpose(1, 2).reshape(B, T, C)
+        x = x + drop.residual(linear(o, P[a + "out_proj.weight"], g(a + "out_proj.bias")), i, SITE_ATTN_OUT)
         h = ln(x, p + "final_layer_norm")
         h = torch.relu(linear(h, P[p + "fc1.weight"], g(p + "fc1.bias")))
-        x = x + linear(h, P[p + "fc2.weight"], g(p + "fc2.bias"))
+        x = x + drop.residual(linear(h, P[p + "fc2.weight"], g(p + "fc2.bias")), i, SITE_MLP_OUT)
     x = ln(x, d + "final_layer_norm")
     return linear(x, head)
 
 
-def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=None):
-    """Forward and backward in float64.
+def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=None, training=None):
+    """Forward and backward in float64 (a training pass with dropout when `training` is
+    {"seed", "sample_base"}, as load_dump reads them).
 
     cfg: the Hugging Face config dict; params: {HF name: numpy array}, exactly the names of
     expected_params(cfg); input_ids, labels: integer arrays [B, T].
@@ -412,7 +539,7 @@ def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=
     tied = "lm_head.weight" not in P
     head = P[embed].detach().clone().requires_grad_(True) if tied else P["lm_head.weight"]
     forward = llama_forward if cfg["model_type"] in LLAMA_LIKE else opt_forward
-    logits = forward(cfg, P, ids, head, mutations)
+    logits = forward(cfg, P, ids, head, mutations, dropout_of(cfg, training, mutations))
     loss = cross_entropy_mean(logits, lab, mutations)
     loss.backward()
     grads = {}
@@ -428,4 +555,5 @@ def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=
 
 def reference_from_dump(dump, mutations=frozenset(), extras=None):
     """run_reference on the weights and batch of a load_dump() result."""
-    return run_reference(dump["config"], dump["params"], dump["input_ids"], dump["labels"], mutations, extras)
+    return run_reference(dump["config"], dump["params"], dump["input_ids"], dump["labels"], mutations, extras,
+                         dump.get("training"))
