@@ -11,7 +11,16 @@ command, and the raw records) go to bench/results/DATE-DEVICE-SUITE.md and .json
   python3 bench/compare.py --suite headline --only fsdp   # skip the reference (no ratios)
 
 Each row is one run of each program; both report steady-state throughput (fsdp.c: every step but
-the first; torch_bench.py: after its warm-up steps). Needs: build/fsdp (CUDA backend), mpirun,
+the first; torch_bench.py: after its warm-up steps).
+
+OPT trains with dropout on both sides: the reference's OPTConfig has transformers' defaults (dropout
+0.1 on the attention and MLP outputs, attention_dropout 0.0) and the HF Trainer and the FSDP loop
+train in training mode; fsdp.c's opt-1.3b preset has the same rates (facebook/opt-1.3b's
+config.json), which `fsdp train` applies unless told otherwise, and its run line says "dropout 0.1 on
+attention and MLP outputs". `--no-opt-dropout` adds `--dropout 0` to fsdp.c's OPT rows (the
+reference keeps its 0.1: that ratio is not like for like, it shows what dropout costs fsdp.c).
+
+Needs: build/fsdp (CUDA backend), mpirun,
 python3 with PyTorch and transformers (the GPU hosts have them), torch_bench.py (--reference).
 """
 import argparse
@@ -41,7 +50,7 @@ def suite(name, args):
     if name == "headline":
         return [row("llama1b", "bf16 mixed, flash; reference torch.compile", 32, best,
                     ["hf", "--prec", "bf16", "--amp", "bf16", "--attn", "sdpa", "--compile"]),
-                row("opt13b", "bf16 mixed, flash; reference torch.compile", 24, best,
+                row("opt13b", "bf16 mixed, flash, dropout 0.1; reference torch.compile", 24, best,
                     ["hf", "--prec", "bf16", "--amp", "bf16", "--attn", "sdpa", "--compile"])]
     if name == "ladder":
         rows = []
@@ -108,6 +117,9 @@ def run_fsdp(r, args, env, workdir):
            "--device", "cuda", "--log-every", "5", "--metrics", metrics] + r["ours"] + shlex.split(args.extra)
     rc, out = run(cmd, env, args.timeout)
     rec = dict(command=" ".join(shlex.quote(c) for c in cmd), rc=rc)
+    applied = re.search(r"\| dropout (.*)$", out, re.M)  # the run line: the rates in effect
+    if applied:
+        rec["dropout"] = applied.group(1).strip()
     summary, step_ms, wait_ms = None, [], []
     if os.path.exists(metrics):
         for line in open(metrics):
@@ -211,6 +223,8 @@ def main():
     p.add_argument("--only", choices=["both", "fsdp", "reference"], default="both")
     p.add_argument("--rows", default="", help="comma-separated row numbers to run (default all)")
     p.add_argument("--model", default="", help="run only this model's rows: " + ", ".join(MODELS))
+    p.add_argument("--no-opt-dropout", action="store_true",
+                   help="fsdp.c's OPT rows without dropout (--dropout 0); the reference keeps transformers' 0.1")
     p.add_argument("--extra", default="", help="flags added to every fsdp.c command (quoted, shell syntax)")
     p.add_argument("--tag", default="", help="added to the result file names (runs that share a date and suite)")
     p.add_argument("--steps", type=int, default=12, help="fsdp.c steps per run (the first is not timed)")
@@ -237,6 +251,11 @@ def main():
     device = device[0] if device else "unknown GPU"
     os.makedirs(args.out, exist_ok=True)
     rows = suite(args.suite, args)
+    if args.no_opt_dropout:
+        for r in rows:
+            if r["model"] == "opt13b":
+                r["ours"] = r["ours"] + ["--dropout", "0"]
+                r["label"] = r["label"].replace(", dropout 0.1", "") + " (fsdp.c without dropout; reference 0.1)"
     if args.model:
         if args.model not in MODELS:
             raise SystemExit("compare.py: unknown --model %r (%s)" % (args.model, ", ".join(MODELS)))

@@ -227,23 +227,17 @@ struct fsdp_backend {
     /* Causal attention with grouped query heads (query head h reads kv head h / (Hq/Hkv)), scale
      * 1/sqrt(D). qkv[B,T,(Hq+2*Hkv)*D] as above; out[B,T,Hq*D]; lse[B,Hq,T] (natural-log
      * log-sum-exp of the scaled scores) always saved. EAGER also saves probs[B,Hq,T,T] (act dtype)
-     * and its backward reads them; FLASH never materialises a T x T matrix (probs is NULL). */
+     * and its backward reads them; FLASH never materialises a T x T matrix (probs is NULL).
+     * With dropout (drop active, site FSDP_DROPOUT_ATTN_PROBS: transformers' attention_dropout) the
+     * probabilities are dropped before P V: out = (keep . P) V / (1 - p); lse and EAGER's probs
+     * stay those of the undropped softmax and the backward regenerates the mask from the same
+     * descriptor. drop NULL or inactive: exactly the dropout-free kernels. */
     void (*attention_forward)(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                              const void *qkv, int B, int T, int Hq, int Hkv, int D);
+                              const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
     /* dqkv overwritten (all three parts). */
     void (*attention_backward)(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
                                const void *qkv, const void *out, const float *lse, const void *probs,
-                               int B, int T, int Hq, int Hkv, int D);
-
-    /* attention_forward / attention_backward with dropout on the probabilities before P V:
-     * out = (keep . P) V / (1 - p). lse and EAGER's probs are those of the undropped softmax; the
-     * backward regenerates the mask (dqkv overwritten). */
-    void (*attention_dropout_forward)(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                      const void *qkv, int B, int T, int Hq, int Hkv, int D,
-                                      const fsdp_dropout *drop);
-    void (*attention_dropout_backward)(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
-                                       const void *qkv, const void *out, const float *lse, const void *probs, int B,
-                                       int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
+                               int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
 
     /* ---- residual dropout (transformers' dropout on a block's output before the residual add) ---- */
     /* out[N,C] = residual + keep . x / (1 - p); out may alias residual or x. */

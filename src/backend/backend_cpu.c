@@ -528,33 +528,21 @@ static void cpu_rope_backward_op(fsdp_backend *be, void *dqkv, const float *cs, 
     round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
 }
 
-static void cpu_attention_dropout_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                             const void *qkv, int B, int T, int Hq, int Hkv, int D,
-                                             const fsdp_dropout *drop) {
+static void cpu_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
     progress(be);
     cpu_attention_forward(out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, qkv, B, T, Hq, Hkv, D, drop);
     round_if(ACT(be), out, (size_t)B * T * Hq * D);
     if (mode == FSDP_ATTN_EAGER && probs) round_if(ACT(be), probs, (size_t)B * Hq * T * T);
 }
 
-static void cpu_attention_dropout_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
-                                              const void *qkv, const void *out, const float *lse, const void *probs,
-                                              int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
+static void cpu_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
+                                      const void *qkv, const void *out, const float *lse, const void *probs, int B,
+                                      int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
     progress(be);
     cpu_attention_backward(dqkv, dout, qkv, out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, B, T, Hq, Hkv, D,
                            drop);
     round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
-}
-
-static void cpu_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                     const void *qkv, int B, int T, int Hq, int Hkv, int D) {
-    cpu_attention_dropout_forward_op(be, mode, out, lse, probs, qkv, B, T, Hq, Hkv, D, NULL);
-}
-
-static void cpu_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
-                                      const void *qkv, const void *out, const float *lse, const void *probs, int B,
-                                      int T, int Hq, int Hkv, int D) {
-    cpu_attention_dropout_backward_op(be, mode, dqkv, dout, qkv, out, lse, probs, B, T, Hq, Hkv, D, NULL);
 }
 
 /* The fused residual-dropout ops are defined as their parts in sequence, each output rounded to
@@ -692,8 +680,6 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->rope_backward = cpu_rope_backward_op;
     be->attention_forward = cpu_attention_forward_op;
     be->attention_backward = cpu_attention_backward_op;
-    be->attention_dropout_forward = cpu_attention_dropout_forward_op;
-    be->attention_dropout_backward = cpu_attention_dropout_backward_op;
     be->residual_dropout_forward = cpu_residual_dropout_forward_op;
     be->dropout_backward = cpu_dropout_backward_op;
     be->rmsnorm_dropout_forward = cpu_rmsnorm_dropout_forward_op;

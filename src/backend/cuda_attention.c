@@ -16,9 +16,8 @@
 
 static size_t esize(fsdp_backend *be) { return be->act_dtype == FSDP_BF16 ? 2 : 4; }
 
-void fsdp_cuda_attention_dropout_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                            const void *qkv, int B, int T, int Hq, int Hkv, int D,
-                                            const fsdp_dropout *drop) {
+void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                    const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
     if (mode == FSDP_ATTN_FLASH || !probs) {
         fsdp_cuda_flash_forward(out, lse, qkv, B, T, Hq, Hkv, D, drop, be->act_dtype, s);
@@ -60,9 +59,9 @@ void fsdp_cuda_attention_dropout_forward_op(fsdp_backend *be, fsdp_attn mode, vo
     }
 }
 
-void fsdp_cuda_attention_dropout_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
-                                             const void *qkv, const void *out, const float *lse, const void *probs,
-                                             int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
+void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout, const void *qkv,
+                                     const void *out, const float *lse, const void *probs, int B, int T, int Hq,
+                                     int Hkv, int D, const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
     if (mode == FSDP_ATTN_FLASH || !probs) {
         float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D));

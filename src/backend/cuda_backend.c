@@ -483,17 +483,6 @@ static void cuda_rope_backward(fsdp_backend *be, void *dqkv, const float *cs, in
     fsdp_cuda_rope_backward(dqkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be));
 }
 
-static void cuda_attention_forward(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                   const void *qkv, int B, int T, int Hq, int Hkv, int D) {
-    fsdp_cuda_attention_dropout_forward_op(be, mode, out, lse, probs, qkv, B, T, Hq, Hkv, D, NULL);
-}
-
-static void cuda_attention_backward(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout, const void *qkv,
-                                    const void *out, const float *lse, const void *probs, int B, int T, int Hq,
-                                    int Hkv, int D) {
-    fsdp_cuda_attention_dropout_backward_op(be, mode, dqkv, dout, qkv, out, lse, probs, B, T, Hq, Hkv, D, NULL);
-}
-
 static void cuda_swiglu_forward(fsdp_backend *be, void *out, const void *gateup, int N, int F) {
     fsdp_cuda_swiglu_forward(out, gateup, N, F, be->act_dtype, compute_stream(be));
 }
@@ -605,10 +594,8 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->relu_backward = cuda_relu_backward;
     be->rope_forward = cuda_rope_forward;
     be->rope_backward = cuda_rope_backward;
-    be->attention_forward = cuda_attention_forward;
-    be->attention_backward = cuda_attention_backward;
-    be->attention_dropout_forward = fsdp_cuda_attention_dropout_forward_op;
-    be->attention_dropout_backward = fsdp_cuda_attention_dropout_backward_op;
+    be->attention_forward = fsdp_cuda_attention_forward_op;
+    be->attention_backward = fsdp_cuda_attention_backward_op;
     fsdp_cuda_set_dropout_ops(be);
     be->swiglu_forward = cuda_swiglu_forward;
     be->swiglu_backward = cuda_swiglu_backward;

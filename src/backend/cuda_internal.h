@@ -109,13 +109,12 @@ void fsdp_cuda_gemm_strided_batched(fsdp_backend *be, int transa, int transb, in
                                     int lda, long long stride_a, const void *B, int ldb, long long stride_b, float beta,
                                     void *C, int ldc, long long stride_c, int batch, fsdp_dtype t, cudaStream_t s);
 
-/* cuda_attention.c: the attention_dropout_* ops (drop NULL: the plain attention_* ops). */
-void fsdp_cuda_attention_dropout_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                            const void *qkv, int B, int T, int Hq, int Hkv, int D,
-                                            const fsdp_dropout *drop);
-void fsdp_cuda_attention_dropout_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
-                                             const void *qkv, const void *out, const float *lse, const void *probs,
-                                             int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
+/* cuda_attention.c: the attention_forward / attention_backward ops (drop NULL: no dropout). */
+void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
+                                    const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
+void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout, const void *qkv,
+                                     const void *out, const float *lse, const void *probs, int B, int T, int Hq,
+                                     int Hkv, int D, const fsdp_dropout *drop);
 
 /* cuda_dropout.c: fills the residual-dropout entries of the table. */
 void fsdp_cuda_set_dropout_ops(fsdp_backend *be);

@@ -67,18 +67,20 @@ static void print_text(const plan_report *r) {
     const fsdp_memory_plan *p = &r->plan;
     const fsdp_engine_memory *e = &p->engine;
     const char *unit = r->place.device == FSDP_DEVICE_CUDA ? "GPU" : "rank";
-    char model[256], what[96], note[160];
+    char model[256], what[96], note[160], dropout[160];
     fsdp_model_config_describe(r->cfg, model, sizeof model);
+    fsdp_model_shape shape = fsdp_plan_model_shape(r->cfg, o);
+    fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
     double params = (double)fsdp_model_num_params(r->cfg);
     printf("fsdp plan: %s (%s), %.2f%s parameters\n", r->cfg->name, model, params >= 1e9 ? params / 1e9 : params / 1e6,
            params >= 1e9 ? "B" : "M");
     printf("%d %s%s on %d node%s (%s) | %s: shard group %d, replica group %d | %s master, %s compute, %s reduce | "
-           "%s attention | embedding gradient %s\n",
+           "%s attention | embedding gradient %s | dropout %s\n",
            r->place.world, unit, r->place.world > 1 ? "s" : "", r->nodes, r->nodes > 1 ? "s" : "",
            r->gpu_name && *r->gpu_name ? r->gpu_name : fsdp_device_kind_name(r->place.device),
            fsdp_strategy_name(o->strategy), e->shard_size, e->replica_size, fsdp_dtype_name(o->master_dtype),
            fsdp_dtype_name(o->compute_dtype), fsdp_dtype_name(o->reduce_dtype),
-           o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", p->embed_rows ? "rows" : "dense");
+           o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", p->embed_rows ? "rows" : "dense", dropout);
     printf("micro-batch %d x sequence %d", o->mbs, o->seq);
     if (o->global_batch) printf(" x %d accumulation = global batch %d", o->grad_accum, o->global_batch);
     char b[32], n[32];
@@ -152,6 +154,9 @@ static json_t *plan_json(const plan_report *r) {
                           e->gathered_rings, "gathered_slots", e->gathered_slots, "grad_rings", e->grad_rings,
                           "grad_slots", e->grad_slots, "communicators", e->communicators);
     if (!v) fsdp_fatal("out of host memory building the plan's JSON");
+    fsdp_model_shape shape = fsdp_plan_model_shape(r->cfg, o);
+    json_object_set_new(v, "dropout", fsdp_json_number(shape.dropout.hidden));
+    json_object_set_new(v, "attention_dropout", fsdp_json_number(shape.dropout.attention));
     if (o->mbs_auto) {
         json_object_set_new(v, "next_mbs", json_integer(r->next_mbs));
         json_object_set_new(v, "next_mbs_total_gib", fsdp_json_number(fsdp_gib(r->next.total)));
@@ -163,7 +168,7 @@ int fsdp_cmd_plan(int argc, char **argv) {
     fsdp_err err = {0};
     const char *model = NULL, *strategy = "FULL", *mbs_text = "4", *device = "cuda";
     const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash";
-    const char *embed_grads = "auto", *recompute = "none";
+    const char *embed_grads = "auto", *recompute = "none", *dropout = NULL;
     int gpus = 1, nodes = 1, seq = 1024, max_live = 2, head_chunk = 0, global_batch = 0, json = 0;
     double gpu_mem = 0.0;
     fsdp_arg args[] = {
@@ -191,6 +196,10 @@ int fsdp_cmd_plan(int argc, char **argv) {
         {"recompute", FSDP_ARG_CHOICE, &recompute, "R",
          "Activation recomputation (not yet available: only none).", 1, 0, RECOMPUTE, 0},
         {"embedding-grads", FSDP_ARG_CHOICE, &embed_grads, "M", "As fsdp train.", 1, 0, EMBED_GRADS, 0},
+        {"dropout", FSDP_ARG_STRING, &dropout, "P",
+         "As fsdp train: a rate for every dropout of the model (default: the config's). Dropout after attention and "
+         "the MLP keeps two more [tokens, hidden] buffers; on eager attention's probabilities, a second "
+         "[heads, seq, seq] buffer in the op scratch.", 1, 0, NULL, 0},
         {"max-live-units", FSDP_ARG_INT, &max_live, "N", "As fsdp train.", 1, 1024, NULL, 0},
         {"head-chunk-tokens", FSDP_ARG_INT, &head_chunk, "N", "As fsdp train.", 0, 1 << 30, NULL, 0},
         {"gpu-mem", FSDP_ARG_FLOAT, &gpu_mem, "GiB",
@@ -220,8 +229,8 @@ int fsdp_cmd_plan(int argc, char **argv) {
                           "(plan with --recompute none)", recompute);
     else if (global_batch && global_batch % gpus)
         fsdp_usagef(&err, "plan: --global-batch %d is not a multiple of the %d GPUs", global_batch, gpus);
-    else
-        fsdp_cli_parse_mbs("plan", mbs_text, &o.mbs, &o.mbs_auto, &err);
+    else if (fsdp_cli_parse_mbs("plan", mbs_text, &o.mbs, &o.mbs_auto, &err) == 0)
+        fsdp_cli_parse_dropout("plan", dropout, &o.dropout_set, &o.dropout_rate, &err);
     if (err.failed) fsdp_exit_error(&err, 0);
     o.seq = seq, o.grad_accum = 1, o.global_batch = global_batch, o.max_live = max_live, o.head_chunk = head_chunk;
     o.master_dtype = strcmp(model_precision, "bf16") ? FSDP_F32 : FSDP_BF16;
@@ -237,7 +246,10 @@ int fsdp_cmd_plan(int argc, char **argv) {
     }
 
     fsdp_model_config cfg;
-    if (fsdp_train_load_model(model, &cfg, &err)) fsdp_exit_error(&err, 0);
+    fsdp_dropout_rates rates;
+    if (fsdp_train_load_model(model, &cfg, &err) ||
+        fsdp_model_dropout_rates(&cfg, o.dropout_set, o.dropout_rate, &rates, &err))
+        fsdp_exit_error(&err, 0);
     if (cfg.family->pos == FSDP_POS_LEARNED && seq > cfg.max_position_embeddings) {
         fsdp_usagef(&err, "plan: --seq %d exceeds the model's max_position_embeddings %d (%s has learned positions)",
                     seq, cfg.max_position_embeddings, cfg.family->model_type);

@@ -29,6 +29,17 @@ int fsdp_cli_parse_mbs(const char *command, const char *text, int *mbs, int *is_
     return 0;
 }
 
+int fsdp_cli_parse_dropout(const char *command, const char *text, int *set, double *rate, fsdp_err *err) {
+    *set = text != NULL;
+    if (!text) return 0;
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (!*text || *end || !(v >= 0.0 && v < 1.0))
+        return fsdp_usagef(err, "%s: --dropout expects a rate in [0, 1), got '%s'", command, text);
+    *rate = v;
+    return 0;
+}
+
 static const char EPILOGUE[] =
     "Launch with mpirun or srun: every rank is one data-parallel worker (one GPU on a GPU host).\n"
     "  mpirun -np 2 fsdp train --model tiny-llama --steps 20 --ckpt-dir ckpt\n"
@@ -46,6 +57,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
     const char *gather_engine = "sm", *reduce_engine = "sm";
     const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL, *mbs_text = "4", *init_from = NULL;
+    const char *dropout = NULL;
     int ranks_per_node = 0, prefetch = 1, max_live = 2, mbs = 4, seq = 1024, grad_accum = 1, steps = 20;
     int global_batch = 0;
     double memory_limit_gib = 0.0;
@@ -112,7 +124,13 @@ int fsdp_cmd_train(int argc, char **argv) {
         {"embedding-grads", FSDP_ARG_CHOICE, &embed_grads, "M",
          "Token-embedding gradient: dense reduce-scatters the whole matrix; rows gathers only the rows the batch "
          "touched (fp32 master weights); auto picks rows when that moves fewer bytes.", 1, 0, EMBED_GRADS, 0},
-        {"seed", FSDP_ARG_INT64, &seed, "N", "Seed of the initial weights and the data order.", 0, 9e18, NULL, 0},
+        {"dropout", FSDP_ARG_STRING, &dropout, "P",
+         "Dropout rate in [0, 1) for every dropout the model's family has, replacing the config's (0 turns dropout "
+         "off): OPT's dropout on the attention and MLP outputs and every family's attention_dropout on the attention "
+         "probabilities, applied as transformers applies them in training. Default: the config's rates (opt-1.3b: "
+         "0.1 on the outputs; the other presets: none).", 1, 0, NULL, 0},
+        {"seed", FSDP_ARG_INT64, &seed, "N",
+         "Seed of the initial weights, the data order and the dropout masks (kept in checkpoints).", 0, 9e18, NULL, 0},
         {"data", FSDP_ARG_STRING, &data, "synthetic|FILE",
          "Training data: synthetic tokens (the course's DummyDataset) or a token file (docs/FORMATS.md).", 1, 0, NULL,
          0},
@@ -165,7 +183,9 @@ int fsdp_cmd_train(int argc, char **argv) {
 
     fsdp_train_options o;
     memset(&o, 0, sizeof o);
-    if (fsdp_cli_parse_mbs("train", mbs_text, &mbs, &o.mbs_auto, &err)) fsdp_exit_error(&err, 0);
+    if (fsdp_cli_parse_mbs("train", mbs_text, &mbs, &o.mbs_auto, &err) ||
+        fsdp_cli_parse_dropout("train", dropout, &o.dropout_set, &o.dropout_rate, &err))
+        fsdp_exit_error(&err, 0);
     if (global_batch && fsdp_args_find(&spec, "grad-accum")->seen) {
         fsdp_usagef(&err, "train: give --global-batch or --grad-accum, not both");
         fsdp_exit_error(&err, 0);

@@ -136,6 +136,40 @@ long long fsdp_model_num_params(const fsdp_model_config *c) {
     return n;
 }
 
+/* 1 when the family's config.json reads `key` as a dropout rate into the config: a family without
+ * a `dropout` field (Llama, Qwen2) has no residual dropout in transformers. */
+static int family_has_rate(const fsdp_family *f, size_t offset) {
+    for (const fsdp_hf_field *x = f->fields; x && x->key; x++)
+        if (x->kind == FSDP_HF_RATE && x->offset == offset) return 1;
+    return 0;
+}
+
+int fsdp_model_dropout_rates(const fsdp_model_config *c, int override_set, double override, fsdp_dropout_rates *out,
+                             fsdp_err *err) {
+    const int hidden = family_has_rate(c->family, FSDP_HF_OFF(dropout));
+    const int attention = family_has_rate(c->family, FSDP_HF_OFF(attention_dropout));
+    out->hidden = !hidden ? 0.0f : override_set ? (float)override : c->dropout;
+    out->attention = !attention ? 0.0f : override_set ? (float)override : c->attention_dropout;
+    const char *n = c->name[0] ? c->name : "model";
+    if (override_set && !(override >= 0.0 && override < 1.0))
+        return fsdp_usagef(err, "--dropout %g is not a rate in [0, 1)", override);
+    if (!(out->hidden < 1.0f))
+        return fsdp_errf(err, "%s: dropout %g would drop every element (training needs a rate below 1; --dropout P "
+                              "overrides it)", n, (double)out->hidden);
+    if (!(out->attention < 1.0f))
+        return fsdp_errf(err, "%s: attention_dropout %g would drop every probability (training needs a rate below 1; "
+                              "--dropout P overrides it)", n, (double)out->attention);
+    return 0;
+}
+
+void fsdp_dropout_rates_describe(const fsdp_dropout_rates *r, char *buf, int cap) {
+    char hidden[64] = "", attention[64] = "";
+    if (r->hidden > 0.0f) snprintf(hidden, sizeof hidden, "%g on attention and MLP outputs", (double)r->hidden);
+    if (r->attention > 0.0f) snprintf(attention, sizeof attention, "%g on attention probabilities", (double)r->attention);
+    snprintf(buf, (size_t)cap, "%s%s%s", hidden, *hidden && *attention ? ", " : "",
+             *hidden || *attention ? attention : "none");
+}
+
 int fsdp_model_padding_idx(const fsdp_model_config *c) {
     return c->family->padding_idx && c->pad_token_id >= 0 ? c->pad_token_id : -1;
 }

@@ -33,13 +33,33 @@ typedef struct fsdp_model_config {
     float rope_factor;          /* linear and llama3 */
     float rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position;
-    /* Dropout probabilities as the config states them (kept and written back; applied by the
-     * trainer's dropout, not here). OPT: dropout after attention and the MLP; attention_dropout
-     * on the probabilities; activation_dropout, which transformers' OPT never applies. */
+    /* Dropout probabilities as the config states them, read and written back; what a training run
+     * applies of them is fsdp_model_dropout_rates. OPT: dropout after attention and the MLP;
+     * attention_dropout on the probabilities (every family); activation_dropout, which
+     * transformers' OPT never applies. */
     float dropout, attention_dropout, activation_dropout;
     /* Special token ids, -1 when none. pad_token_id is also the embedding's padding_idx. */
     int bos_token_id, eos_token_id, pad_token_id;
 } fsdp_model_config;
+
+/* The dropout a training run applies, as transformers applies a config's rates in training:
+ * `hidden` on the attention block's output (after o_proj) and on the MLP's output (after
+ * down_proj / fc2), each before its residual add (OPT's `dropout`; Llama and Qwen2 have none);
+ * `attention` on the attention probabilities before they multiply V (`attention_dropout`, every
+ * family). Like transformers, fsdp.c never drops the embeddings and never applies OPT's
+ * `activation_dropout` (OPTDecoderLayer reads it and does not use it). */
+typedef struct {
+    float hidden, attention;
+} fsdp_dropout_rates;
+
+/* The rates a run of cfg applies: the config's, or with override_set `override` for every site
+ * the family has (`--dropout P`: Llama and Qwen2 then drop only attention probabilities). -1 with
+ * a message naming the field (or --dropout) when a rate is not below 1: a rate of 1 drops
+ * everything and scales by infinity. */
+int fsdp_model_dropout_rates(const fsdp_model_config *cfg, int override_set, double override,
+                             fsdp_dropout_rates *out, fsdp_err *err);
+/* "0.1 on attention and MLP outputs, 0.1 on attention probabilities", or "none". */
+void fsdp_dropout_rates_describe(const fsdp_dropout_rates *r, char *buf, int cap);
 
 /* Fills `out` with the named preset (case-insensitive). Returns -1 when the name is unknown. */
 int fsdp_model_preset(const char *name, fsdp_model_config *out);

@@ -2,13 +2,10 @@
  * MLP, positions, biases) comes from the family descriptor. */
 #include "model.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../base/error.h"
-
-static const double PI = 3.14159265358979323846;
 
 /* Saved activations of one transformer layer (pointers into the arena). */
 typedef struct {
@@ -37,6 +34,10 @@ struct fsdp_model {
     int pos_offset;        /* learned positions: table row of position 0 */
     int padding_idx;       /* token embedding row without input gradient, or -1 */
     size_t ae, ge; /* bytes per act / grad element */
+    fsdp_dropout_rates rates; /* of training micro-batches (the shape's) */
+    int training;             /* fsdp_model_set_dropout: drop at `rates` */
+    uint64_t drop_seed;
+    int64_t sample_base;
 
     void *arena;
     size_t arena_bytes;
@@ -49,6 +50,9 @@ struct fsdp_model {
     /* backward scratch, shared by all layers */
     void *dres, *dln, *dqkv, *datt, *dfc, *dh, *logits;
     float *losses;
+    /* With residual dropout only: a block's attention or MLP output before the norm that drops it
+     * into the residual stream, and in backward the gradient of that output. */
+    void *branch, *dbranch;
 };
 
 /* ---- arena planning: the same walk sizes the arena and carves it ---- */
@@ -66,6 +70,7 @@ static void *carve(carver *c, size_t bytes) {
 
 typedef struct {
     int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V, L, chunk, rms, swiglu;
+    int residual_dropout; /* branch buffers exist */
     fsdp_attn attn;
     size_t ae;
 } dims;
@@ -79,6 +84,7 @@ static dims make_dims(const fsdp_model_config *cfg, const fsdp_model_shape *s, s
     d.rms = cfg->family->norm == FSDP_NORM_RMS;
     d.swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU;
     d.attn = s->attn;
+    d.residual_dropout = s->dropout.hidden > 0.0f;
     d.ae = ae;
     int chunk = s->head_chunk_rows;
     if (chunk <= 0) {
@@ -128,11 +134,14 @@ static void plan(carver *c, const dims *d, fsdp_model *m) {
     void *dh = d->swiglu ? carve(c, N * d->F * ae) : NULL;
     void *logits = carve(c, (size_t)d->chunk * d->V * ae);
     float *losses = carve(c, N * sizeof(float));
+    void *branch = d->residual_dropout ? carve(c, N * d->C * ae) : NULL;
+    void *dbranch = d->residual_dropout ? carve(c, N * d->C * ae) : NULL;
     if (m) {
         m->tokens = tokens, m->targets = targets, m->cos_sin = cos_sin;
         m->res_out = res_out, m->lnf = lnf, m->lnf_mean = lnf_mean, m->lnf_rstd = lnf_rstd;
         m->dres = dres, m->dln = dln, m->dqkv = dqkv, m->datt = datt, m->dfc = dfc, m->dh = dh;
         m->logits = logits, m->losses = losses;
+        m->branch = branch, m->dbranch = dbranch;
     }
 }
 
@@ -141,35 +150,6 @@ size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_mode
     carver c = {NULL, 0};
     plan(&c, &d, NULL);
     return c.used;
-}
-
-/* ---- rotary table ---- */
-
-void fsdp_model_rope_table(const fsdp_model_config *cfg, int T, float *out) {
-    int half = cfg->head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        /* inv_freq as transformers computes it; linear scaling divides it by `factor`; the llama3
-         * rule slows long wavelengths by `factor`, keeps short ones, and blends the band between. */
-        double inv_freq = 1.0 / pow((double)cfg->rope_theta, (2.0 * i) / cfg->head_dim);
-        if (cfg->rope_type == FSDP_ROPE_LINEAR) inv_freq /= cfg->rope_factor;
-        if (cfg->rope_type == FSDP_ROPE_LLAMA3) {
-            double factor = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
-            double old_ctx = cfg->rope_original_max_position;
-            double low_freq_wavelen = old_ctx / lo, high_freq_wavelen = old_ctx / hi;
-            double wavelen = 2.0 * PI / inv_freq;
-            if (wavelen > low_freq_wavelen) {
-                inv_freq = inv_freq / factor;
-            } else if (wavelen >= high_freq_wavelen) {
-                double smooth = (old_ctx / wavelen - lo) / (hi - lo);
-                inv_freq = (1.0 - smooth) * inv_freq / factor + smooth * inv_freq;
-            }
-        }
-        for (int t = 0; t < T; t++) {
-            double angle = (double)t * inv_freq;
-            out[((size_t)t * half + i) * 2 + 0] = (float)cos(angle);
-            out[((size_t)t * half + i) * 2 + 1] = (float)sin(angle);
-        }
-    }
 }
 
 /* ---- creation ---- */
@@ -189,6 +169,11 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
         fsdp_errf(err, "micro-batch x sequence (%lld tokens) is too large", (long long)shape->batch * shape->seq);
         return NULL;
     }
+    if (!fsdp_dropout_rate_ok(shape->dropout.hidden) || !fsdp_dropout_rate_ok(shape->dropout.attention)) {
+        fsdp_errf(err, "dropout rates %g and %g must lie in [0, 1)", (double)shape->dropout.hidden,
+                  (double)shape->dropout.attention);
+        return NULL;
+    }
     fsdp_model *m = fsdp_xcalloc(1, sizeof *m, "the model");
     m->be = be;
     m->cfg = *cfg;
@@ -201,6 +186,7 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
     m->rms = d.rms, m->swiglu = d.swiglu, m->rope = cfg->family->pos == FSDP_POS_ROPE;
     m->pos_offset = cfg->family->pos_offset;
     m->padding_idx = fsdp_model_padding_idx(cfg);
+    m->rates = shape->dropout;
     m->layers = fsdp_xcalloc((size_t)cfg->num_layers, sizeof *m->layers, "layer activations");
 
     carver c = {NULL, 0};
@@ -229,6 +215,27 @@ void fsdp_model_destroy(fsdp_model *m) {
 int32_t *fsdp_model_tokens(fsdp_model *m) { return m->tokens; }
 int32_t *fsdp_model_targets(fsdp_model *m) { return m->targets; }
 const void *fsdp_model_final_hidden(const fsdp_model *m) { return m->lnf; }
+const void *fsdp_model_layer_input(const fsdp_model *m, int layer) {
+    return layer < m->cfg.num_layers ? m->layers[layer].res_in : m->res_out;
+}
+
+void fsdp_model_set_dropout(fsdp_model *m, int training, uint64_t seed, int64_t sample_base) {
+    m->training = training;
+    m->drop_seed = seed;
+    m->sample_base = sample_base;
+}
+
+/* ---- dropout of this micro-batch ---- */
+
+/* Residual dropout is on: blocks write their outputs to `branch` and the norms drop them in. */
+static int residual_dropping(const fsdp_model *m) { return m->training && m->rates.hidden > 0.0f; }
+
+/* The descriptor of (layer, site) at rate p in *buf, or NULL when nothing is dropped there. */
+static const fsdp_dropout *dropout_at(const fsdp_model *m, fsdp_dropout *buf, float p, int layer, int site) {
+    if (!m->training || !(p > 0.0f)) return NULL;
+    *buf = fsdp_dropout_make(p, m->drop_seed, m->sample_base, layer, site);
+    return buf;
+}
 
 /* ---- parameter addressing inside a unit's flat buffer ---- */
 
@@ -285,6 +292,29 @@ static void norm_backward(fsdp_model *m, void *dinp, void *dw, void *db, const v
         be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, m->N, m->C);
 }
 
+/* res_out = residual + dropped x, then the norm of res_out (the fused backend ops). */
+static void norm_dropout_forward(fsdp_model *m, void *res_out, void *out, float *mean, float *rstd,
+                                 const void *residual, const void *x, const void *w, const void *b,
+                                 const fsdp_dropout *drop) {
+    fsdp_backend *be = m->be;
+    if (m->rms)
+        be->rmsnorm_dropout_forward(be, res_out, out, rstd, residual, x, w, m->N, m->T, m->C, m->cfg.norm_eps, drop);
+    else
+        be->layernorm_dropout_forward(be, res_out, out, mean, rstd, residual, x, w, b, m->N, m->T, m->C,
+                                      m->cfg.norm_eps, drop);
+}
+
+/* The norm's backward (dinp +=) and then dx = the dropped dinp: the gradient of the branch. */
+static void norm_dropout_backward(fsdp_model *m, void *dinp, void *dx, void *dw, void *db, const void *dout,
+                                  const void *inp, const void *w, const float *mean, const float *rstd,
+                                  const fsdp_dropout *drop) {
+    fsdp_backend *be = m->be;
+    if (m->rms)
+        be->rmsnorm_dropout_backward(be, dinp, dx, dw, dout, inp, w, rstd, m->N, m->T, m->C, drop);
+    else
+        be->layernorm_dropout_backward(be, dinp, dx, dw, db, dout, inp, w, mean, rstd, m->N, m->T, m->C, drop);
+}
+
 static void *layer_output(fsdp_model *m, int layer) {
     return layer + 1 < m->cfg.num_layers ? m->layers[layer + 1].res_in : m->res_out;
 }
@@ -305,21 +335,38 @@ void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
     block_ptrs w = block_view(m, layer, params, m->ae);
     int N = m->N, C = m->C;
 
-    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w.ln1w, w.ln1b);
+    const int dropping = residual_dropping(m);
+    fsdp_dropout d_mlp, d_probs, d_attn;
+
+    if (dropping && layer > 0) /* completes the previous layer's output: its MLP branch, dropped */
+        norm_dropout_forward(m, a->res_in, a->ln1, a->ln1_mean, a->ln1_rstd, m->layers[layer - 1].res_mid, m->branch,
+                             w.ln1w, w.ln1b, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));
+    else
+        norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w.ln1w, w.ln1b);
     be->matmul_forward(be, a->qkv, a->ln1, w.wqkv, w.bqkv, NULL, N, C, m->QKV, 0);
     if (m->rope) be->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
-    be->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D);
-    be->matmul_forward(be, a->res_mid, a->att, w.wo, w.bo, a->res_in, N, m->Q, C, 0);
+    be->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
+                          dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
+    if (dropping) {
+        be->matmul_forward(be, m->branch, a->att, w.wo, w.bo, NULL, N, m->Q, C, 0);
+        norm_dropout_forward(m, a->res_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_in, m->branch, w.ln2w, w.ln2b,
+                             dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT));
+    } else {
+        be->matmul_forward(be, a->res_mid, a->att, w.wo, w.bo, a->res_in, N, m->Q, C, 0);
+        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w.ln2w, w.ln2b);
+    }
 
-    norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w.ln2w, w.ln2b);
-    void *out = layer_output(m, layer);
     if (m->swiglu) {
         be->matmul_forward(be, a->fc, a->ln2, w.w1, w.b1, NULL, N, C, 2 * m->F, 0);
         be->swiglu_forward(be, a->fc_act, a->fc, N, m->F);
     } else {
         be->matmul_forward(be, a->fc, a->ln2, w.w1, w.b1, NULL, N, C, m->F, 1);
     }
-    be->matmul_forward(be, out, a->fc_act, w.w2, w.b2, a->res_mid, N, m->F, C, 0);
+    /* Dropping: the next layer's input norm (or the final norm) adds the MLP output to res_mid. */
+    if (dropping)
+        be->matmul_forward(be, m->branch, a->fc_act, w.w2, w.b2, NULL, N, m->F, C, 0);
+    else
+        be->matmul_forward(be, layer_output(m, layer), a->fc_act, w.w2, w.b2, a->res_mid, N, m->F, C, 0);
 }
 
 /* ---- head: final norm, chunked LM head + cross-entropy, and their backward ---- */
@@ -342,7 +389,15 @@ void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, c
     void *dnormw = param(m, hu, FSDP_MOD_NORM_FINAL, 0, head_grads, m->ge);
     void *dnormb = param(m, hu, FSDP_MOD_NORM_FINAL, 1, head_grads, m->ge);
 
-    norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, normw, normb);
+    const int L = m->cfg.num_layers;
+    fsdp_dropout d_mlp;
+    const fsdp_dropout *drop =
+        residual_dropping(m) ? dropout_at(m, &d_mlp, m->rates.hidden, L - 1, FSDP_DROPOUT_MLP_OUT) : NULL;
+    if (drop) /* completes the last layer's output: its MLP branch, dropped */
+        norm_dropout_forward(m, m->res_out, m->lnf, m->lnf_mean, m->lnf_rstd, m->layers[L - 1].res_mid, m->branch,
+                             normw, normb, drop);
+    else
+        norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, normw, normb);
     for (int r0 = 0; r0 < m->N; r0 += m->chunk_rows) {
         int rows = m->N - r0 < m->chunk_rows ? m->N - r0 : m->chunk_rows;
         const char *h = (const char *)m->lnf + (size_t)r0 * m->C * m->ae;
@@ -354,7 +409,11 @@ void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, c
     be->sum(be, loss_sum, m->losses, (size_t)m->N, be->compute);
     /* The norm's backward adds into the residual gradient, which starts here. */
     be->zero(be, m->dres, (size_t)m->N * m->C * m->ae, be->compute);
-    norm_backward(m, m->dres, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean, m->lnf_rstd);
+    if (drop) /* and the last layer's MLP output gets its dropped share, in dbranch */
+        norm_dropout_backward(m, m->dres, m->dbranch, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean,
+                              m->lnf_rstd, drop);
+    else
+        norm_backward(m, m->dres, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean, m->lnf_rstd);
 }
 
 /* ---- backward ---- */
@@ -366,25 +425,39 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
     block_ptrs g = block_view(m, layer, grads, m->ge);
     int N = m->N, C = m->C;
 
+    const int dropping = residual_dropping(m);
+    fsdp_dropout d_attn, d_probs, d_mlp;
+    /* The gradient of a branch output: with residual dropout the dropped share of the residual
+     * gradient that the following norm's backward wrote (for the MLP: the next unit's). */
+    const void *dbranch = dropping ? m->dbranch : m->dres;
+
     /* MLP: dres is d(layer output); the residual path passes it through unchanged. */
     if (m->swiglu) {
-        be->matmul_backward(be, m->dh, g.w2, g.b2, m->dres, a->fc_act, w.w2, N, m->F, C);
+        be->matmul_backward(be, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, N, m->F, C);
         be->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F);
         be->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, 2 * m->F);
     } else {
-        be->matmul_backward(be, m->dfc, g.w2, g.b2, m->dres, a->fc_act, w.w2, N, m->F, C);
+        be->matmul_backward(be, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, N, m->F, C);
         be->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
         be->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, m->F);
     }
-    norm_backward(m, m->dres, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean, a->ln2_rstd);
+    if (dropping)
+        norm_dropout_backward(m, m->dres, m->dbranch, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean,
+                              a->ln2_rstd, dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT));
+    else
+        norm_backward(m, m->dres, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean, a->ln2_rstd);
 
     /* Attention: dres is now d(res_mid). */
-    be->matmul_backward(be, m->datt, g.wo, g.bo, m->dres, a->att, w.wo, N, m->Q, C);
+    be->matmul_backward(be, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, N, m->Q, C);
     be->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
-                           m->Hkv, m->D);
+                           m->Hkv, m->D, dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
     if (m->rope) be->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
     be->matmul_backward(be, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, N, C, m->QKV);
-    norm_backward(m, m->dres, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean, a->ln1_rstd);
+    if (dropping && layer > 0) /* the previous layer's MLP output gets its dropped share */
+        norm_dropout_backward(m, m->dres, m->dbranch, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean,
+                              a->ln1_rstd, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));
+    else
+        norm_backward(m, m->dres, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean, a->ln1_rstd);
 }
 
 int fsdp_model_embed_grad_rows(fsdp_model *m, fsdp_row_set sets[FSDP_MAX_ROW_SETS], const void **values, int *count,

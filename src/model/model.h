@@ -8,6 +8,15 @@
  *   embed_forward, block_forward(0 .. L-1), head (forward AND backward: the loss is fused with the
  *   LM head in chunks of tokens, so full logits never exist), block_backward(L-1 .. 0), embed_backward.
  *
+ * Dropout (training only): the shape's rates say what a training micro-batch drops, and
+ * fsdp_model_set_dropout turns it on or off per micro-batch. With every rate 0 the model carves no
+ * dropout buffers and runs exactly the dropout-free ops. With a residual rate (OPT's `dropout`) a
+ * block's attention and MLP outputs are written to a branch buffer and added to the residual stream
+ * by the norm that follows (the block's post-attention norm; the next block's input norm or the
+ * final norm for the MLP), which drops them on the way (backend *norm_dropout_* ops): so a layer's
+ * output is completed by the next unit's forward, and its backward reads the branch gradient the
+ * next unit's backward wrote. The embedding output (layer 0's input) is never dropped.
+ *
  * Nothing here knows about sharding or communication. */
 #ifndef FSDP_MODEL_MODEL_H
 #define FSDP_MODEL_MODEL_H
@@ -26,6 +35,7 @@ typedef struct {
     int seq;             /* sequence length T */
     fsdp_attn attn;
     int head_chunk_rows; /* tokens per LM-head chunk; 0 picks a chunk of about 512 MiB of logits */
+    fsdp_dropout_rates dropout; /* what training micro-batches drop (fsdp_model_dropout_rates); 0: nothing */
 } fsdp_model_shape;
 
 /* Bytes of activations and backward scratch one micro-batch needs (the arena), for memory plans. */
@@ -34,6 +44,14 @@ size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_mode
 fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_layout *layout,
                               const fsdp_model_shape *shape, fsdp_err *err);
 void fsdp_model_destroy(fsdp_model *m);
+
+/* Dropout for the micro-batches that follow, until the next call: training = 1 drops at the shape's
+ * rates, with masks drawn from (seed, sample_base + b, layer, site, position) for batch row b
+ * (src/kernels/dropout.h): sample_base is the global index of the micro-batch's first sample, so the
+ * masks do not depend on the rank or on how a global batch is split. training = 0 (the state after
+ * creation: evaluation, generation, tests) drops nothing. Call it between micro-batches, never
+ * between a forward and its backward. */
+void fsdp_model_set_dropout(fsdp_model *m, int training, uint64_t seed, int64_t sample_base);
 
 /* Device buffers of B*T token ids: fill them (copy_h2d on the compute stream) before embed_forward.
  * targets[i] < 0 marks a position that does not count in the loss. */
@@ -60,6 +78,9 @@ int fsdp_model_embed_grad_rows(fsdp_model *m, fsdp_row_set sets[FSDP_MAX_ROW_SET
 
 /* The final-norm output [B*T, hidden] of the last forward, for tests and tools. */
 const void *fsdp_model_final_hidden(const fsdp_model *m);
+/* The residual stream [B*T, hidden] entering layer `layer` of the last forward (layer = L: the last
+ * layer's output, complete once the head ran), for tests and tools. */
+const void *fsdp_model_layer_input(const fsdp_model *m, int layer);
 /* Rotary cos/sin table [T][head_dim/2][2] for positions 0..T-1 (host, fp32), as the model uses it. */
 void fsdp_model_rope_table(const fsdp_model_config *cfg, int T, float *out);
 

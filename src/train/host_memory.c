@@ -94,7 +94,7 @@ static need estimate(const fsdp_trainer *t) {
     if (o->compute_dtype != o->master_dtype) r.device += shard * (double)ce;
     if (S > 1) r.device += rings(t, padded, o->strategy == FSDP_SHARD_GRAD_OP, ce);
     if (!(S == 1 && R == 1 && o->reduce_dtype == o->master_dtype)) r.device += rings(t, padded, 0, re);
-    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk};
+    fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
     r.device += (double)fsdp_model_activation_bytes(&t->cfg, &shape, be->dtype_size(be, be->act_dtype));
     /* The first replica of every shard writes the checkpoints (src/train/ckpt_saver.c). */
     int writes = o->strategy == FSDP_NO_SHARD ? t->topo.rank == 0

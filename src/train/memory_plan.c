@@ -50,10 +50,13 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
     }
 }
 
-fsdp_model_shape fsdp_plan_model_shape(const fsdp_train_options *o) {
+fsdp_model_shape fsdp_plan_model_shape(const fsdp_model_config *cfg, const fsdp_train_options *o) {
     /* Activation recomputation, when it lands, is part of this shape: the arena that
      * fsdp_model_activation_bytes walks then keeps less, and the plans follow. */
-    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk};
+    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk, {0.0f, 0.0f}};
+    fsdp_err err = {0};
+    /* Rates of 1 are refused before anything is planned or built (fsdp_model_dropout_rates). */
+    fsdp_model_dropout_rates(cfg, o->dropout_set, o->dropout_rate, &shape.dropout, &err);
     return shape;
 }
 
@@ -73,6 +76,8 @@ void fsdp_plan_op_extent(const fsdp_model_config *cfg, const fsdp_train_options 
     x->batch = o->mbs, x->seq = o->seq;
     x->q_heads = cfg->num_heads, x->kv_heads = cfg->num_kv_heads, x->head_dim = cfg->head_dim;
     x->attn = o->attn;
+    /* Eager attention with dropped probabilities keeps them beside the undropped ones. */
+    x->attn_dropout = fsdp_plan_model_shape(cfg, o).dropout.attention > 0.0f;
     x->act_dtype = o->compute_dtype;
     x->longest_sum = total_shard; /* the gradient norm's sum of squares over every shard */
 }
@@ -95,7 +100,7 @@ void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_opt
     out->embed_rows = so.rows_capacity > 0;
     fsdp_engine_memory_plan(specs, layout.num_units, &so, place->world, place->node_size, k, &out->engine);
 
-    fsdp_model_shape shape = fsdp_plan_model_shape(o);
+    fsdp_model_shape shape = fsdp_plan_model_shape(cfg, o);
     out->activations =
         fsdp_device_alloc_size(k, fsdp_model_activation_bytes(cfg, &shape, fsdp_device_dtype_size(k, o->compute_dtype)));
     out->step_scalars = fsdp_device_alloc_size(k, FSDP_STEP_SCALARS * sizeof(float));

@@ -64,8 +64,9 @@ int fsdp_plan_embed_rows(const fsdp_model_config *cfg, const fsdp_train_options 
 /* The engine's options for `o`; order and pinned as fsdp_plan_unit_order made them. */
 void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_options *o, int world, const int *order,
                              int order_len, const int *pinned, fsdp_shard_options *out);
-/* The shape of the model's activations for `o`. */
-fsdp_model_shape fsdp_plan_model_shape(const fsdp_train_options *o);
+/* The shape of the model's activations for `o`: the micro-batch, attention and the dropout rates a
+ * training micro-batch applies (the config's, or --dropout). */
+fsdp_model_shape fsdp_plan_model_shape(const fsdp_model_config *cfg, const fsdp_train_options *o);
 /* The shapes of the ops that take the backend's op scratch (fsdp_device_op_scratch). */
 void fsdp_plan_op_extent(const fsdp_model_config *cfg, const fsdp_train_options *o, int64_t total_shard,
                          fsdp_op_extent *out);

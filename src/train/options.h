@@ -38,6 +38,10 @@ typedef struct {
     fsdp_attn attn;
     int head_chunk;             /* tokens per LM-head chunk, 0 = automatic */
     fsdp_embed_grads embed_grads;
+    /* --dropout: `dropout_rate` replaces every rate the model's family has (fsdp_model_dropout_rates);
+     * without it (dropout_set 0) the config's rates apply. */
+    int dropout_set;
+    double dropout_rate;
     /* data */
     const char *data;           /* "synthetic" or a token file */
     int synthetic_vocab;        /* synthetic tokens are uniform in [0, synthetic_vocab) */

@@ -98,6 +98,8 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
         if (rc == 0) check_seq(t, err);
     }
     if (o->data && strcmp(o->data, "synthetic") && !err->failed) fsdp_require_regular(o->data, "--data", err);
+    fsdp_dropout_rates rates;
+    if (!err->failed) fsdp_model_dropout_rates(&t->cfg, o->dropout_set, o->dropout_rate, &rates, err);
     if (fsdp_agree(&t->world, err)) return -1;
     fsdp_layout_build(&t->cfg, &t->layout);
     fsdp_plan_unit_order(&t->cfg, &t->layout, &t->order, &t->order_len, &t->pinned);
@@ -120,7 +122,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     t->be->oom.deferred = 1;
     /* The model checks the batch shape (an OPT sequence beyond its positions, say) before the
      * engine takes the memory of the shards. */
-    fsdp_model_shape shape = fsdp_plan_model_shape(o);
+    fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
     t->model = fsdp_model_create(t->be, &t->cfg, &t->layout, &shape, err);
     if (fsdp_agree(&t->world, err)) return -1;
 
@@ -202,6 +204,9 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     fsdp_engine_begin_microbatch(e);
     be->copy_h2d(be, fsdp_model_tokens(m), t->host_inputs + at, n * sizeof(int32_t), be->compute);
     be->copy_h2d(be, fsdp_model_targets(m), t->host_targets + at, n * sizeof(int32_t), be->compute);
+    /* Masks follow the samples' global index (never the rank) and the run's seed (kept in checkpoints). */
+    fsdp_model_set_dropout(m, 1, t->opt.seed,
+                           (int64_t)fsdp_data_index(t->samples_seen, t->topo.world, t->opt.mbs, t->topo.rank, a, 0));
 
     if (a == 0 && (fsdp_fault_nonfinite(t->step + 1) & 1)) grad_scale = NAN; /* FSDP_TEST_FAIL=...:nan */
     const void *embed = fsdp_engine_params(e, E);
@@ -450,9 +455,12 @@ static void describe_run(fsdp_trainer *t) {
              fsdp_engine_replica_size(t->eng), fsdp_dtype_name(o->master_dtype), fsdp_dtype_name(o->compute_dtype),
              fsdp_dtype_name(o->reduce_dtype), o->attn == FSDP_ATTN_FLASH ? "flash" : "eager",
              t->embed_rows ? "rows" : "dense");
-    fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s\n", o->mbs,
-             o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world, o->seq,
-             o->data ? o->data : "synthetic");
+    char dropout[160];
+    fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
+    fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
+    fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s | dropout "
+             "%s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world, o->seq,
+             o->data ? o->data : "synthetic", dropout);
     char plan[512];
     fsdp_memory_plan_line(&t->plan, plan, sizeof plan);
     fsdp_log("memory per %s: %s | held now: %.2f GiB\n", t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank", plan,

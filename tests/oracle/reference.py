@@ -10,6 +10,17 @@ and rope_theta (transformers 4) or rope_parameters (5); the biases of Llama's at
 v, o) and mlp_bias, Qwen2's fixed q/k/v biases and OPT's enable_bias; the token embedding as
 nn.Embedding(padding_idx=pad_token_id), whose pad row gets no gradient from input tokens.
 
+Dropout, when the dump is a training pass (it then carries `dropout_seed` and `sample_base`), is
+applied where transformers applies it in training: OPT's `dropout` on the attention block's output
+(after out_proj) and on the MLP's output (after fc2), each before its residual add, and every
+family's `attention_dropout` on the softmax probabilities before they multiply V; never on the
+embeddings, and never OPT's `activation_dropout` (OPTDecoderLayer does not use it). Which elements
+are kept is fsdp.c's documented definition (docs/DESIGN.md, "Dropout masks"): Philox-4x32-10,
+implemented here a second time from the paper's constants and checked against Random123's
+known answers, keyed by the seed, with the counter holding the global sample index, the layer, the
+site and the element's position in that sample's tensor. The rate is used as the float32 value
+fsdp.c stores, kept values are scaled by 1 / (1 - p).
+
 Only plain torch operations are used (torch 1.13 as Debian ships it: no
 scaled_dot_product_attention). The loss is the mean cross-entropy over the positions whose label
 is not -1, with no shift (the dumped labels are already the next tokens).
@@ -25,6 +36,8 @@ import math
 import h5py
 import numpy as np
 import torch
+
+from dropout_masks import SITE_ATTN_OUT, SITE_MLP_OUT, NoDropout, dropout_of, philox_known_answers  # noqa: F401
 
 DTYPE = torch.float64
 IGNORE_INDEX = -1
@@ -45,6 +58,11 @@ MUTATIONS = {
     "attn_bias_not_on_o": "llama: attention_bias on q, k and v only (as Qwen2), not on o_proj",
     "pad_row_input_grad": "all: the padding_idx row gets a gradient from input tokens",
     "rope_no_linear": "llama/qwen2: ignore linear rope scaling",
+    "dropout_not_in_backward": "dropout: masks applied in the forward only (gradients pass unmasked)",
+    "dropout_other_sample": "dropout: the masks of the next sample (global sample index + 1)",
+    "dropout_no_scale": "dropout: kept values not scaled by 1 / (1 - p)",
+    "dropout_sites_swapped": "opt dropout: the attention output drawn with the MLP output's mask and vice versa",
+    "dropout_probs_transposed": "attention dropout: the mask of (key, query) on (query, key)",
 }
 
 
@@ -66,6 +84,8 @@ def load_dump(path):
             "loss": float(np.asarray(f["loss"][...]).reshape(-1)[0]),
             "params": {k: np.asarray(v[...]) for k, v in f["param"].items()} if "param" in f else {},
             "grads": {k: np.asarray(v[...]) for k, v in f["grad"].items()} if "grad" in f else {},
+            "training": {"seed": int(f.attrs["dropout_seed"]), "sample_base": int(f.attrs["sample_base"])}
+            if "dropout_seed" in f.attrs else None,
         }
     return out
 
@@ -213,14 +233,14 @@ def layer_norm(x, w, b, eps, mutations):
     return y
 
 
-def causal_attention(q, k, v, scale, mutations):
+def causal_attention(q, k, v, scale, mutations, drop_probs=lambda P: P):
     """q [B, Hq, T, D]; k, v [B, Hq, T, D] (kv heads already expanded). Returns [B, Hq, T, D]."""
     T = q.shape[2]
     scores = q.matmul(k.transpose(-1, -2)) * scale
     if "no_causal" not in mutations:
         future = torch.ones(T, T, dtype=torch.bool).triu(1)
         scores = scores.masked_fill(future, float("-inf"))
-    return torch.softmax(scores, dim=-1).matmul(v)
+    return drop_probs(torch.softmax(scores, dim=-1)).matmul(v)
 
 
 def rope_inv_freq(cfg, D, mutations):
@@ -297,7 +317,7 @@ def embed_tokens(cfg, W, input_ids, mutations):
 # Models
 
 
-def llama_forward(cfg, P, input_ids, head, mutations=frozenset()):
+def llama_forward(cfg, P, input_ids, head, mutations=frozenset(), drop=NoDropout()):
     """Llama and Qwen2 (the same block; Qwen2 with q/k/v biases)."""
     C, Hq, Hkv, D = _llama_dims(cfg)
     eps = float(cfg.get("rms_norm_eps", 1e-6))
@@ -335,7 +355,7 @@ def llama_forward(cfg, P, input_ids, head, mutations=frozenset()):
         k = apply_rope(k, cos, sin, mutations)
         k = k[:, kv_of_head]  # [B, Hq, T, D]
         v = v[:, kv_of_head]
-        o = causal_attention(q, k, v, 1.0 / math.sqrt(D), mutations)
+        o = causal_attention(q, k, v, 1.0 / math.sqrt(D), mutations, lambda A, i=i: drop.probs(A, i))
         o = o.transpose(1, 2).reshape(B, T, Hq * D)
         x = x + linear(o, P[a + "o_proj.weight"], g(a + "o_proj.bias"))
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps, mutations)
@@ -347,7 +367,7 @@ def llama_forward(cfg, P, input_ids, head, mutations=frozenset()):
     return linear(x, head)
 
 
-def opt_forward(cfg, P, input_ids, head, mutations=frozenset()):
+def opt_forward(cfg, P, input_ids, head, mutations=frozenset(), drop=NoDropout()):
     C, H, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
     D = C // H
     eps = 1e-5  # OPT's LayerNorms use torch's default epsilon
@@ -373,17 +393,18 @@ def opt_forward(cfg, P, input_ids, head, mutations=frozenset()):
         k = linear(h, P[a + "k_proj.weight"], g(a + "k_proj.bias"))
         v = linear(h, P[a + "v_proj.weight"], g(a + "v_proj.bias"))
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
-        o = causal_attention(q, k, v, 1.0, mutations).transpose(1, 2).reshape(B, T, C)
-        x = x + linear(o, P[a + "out_proj.weight"], g(a + "out_proj.bias"))
+        o = causal_attention(q, k, v, 1.0, mutations, lambda A, i=i: drop.probs(A, i)).transpose(1, 2).reshape(B, T, C)
+        x = x + drop.residual(linear(o, P[a + "out_proj.weight"], g(a + "out_proj.bias")), i, SITE_ATTN_OUT)
         h = ln(x, p + "final_layer_norm")
         h = torch.relu(linear(h, P[p + "fc1.weight"], g(p + "fc1.bias")))
-        x = x + linear(h, P[p + "fc2.weight"], g(p + "fc2.bias"))
+        x = x + drop.residual(linear(h, P[p + "fc2.weight"], g(p + "fc2.bias")), i, SITE_MLP_OUT)
     x = ln(x, d + "final_layer_norm")
     return linear(x, head)
 
 
-def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=None):
-    """Forward and backward in float64.
+def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=None, training=None):
+    """Forward and backward in float64 (a training pass with dropout when `training` is
+    {"seed", "sample_base"}, as load_dump reads them).
 
     cfg: the Hugging Face config dict; params: {HF name: numpy array}, exactly the names of
     expected_params(cfg); input_ids, labels: integer arrays [B, T].
@@ -412,7 +433,7 @@ def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=
     tied = "lm_head.weight" not in P
     head = P[embed].detach().clone().requires_grad_(True) if tied else P["lm_head.weight"]
     forward = llama_forward if cfg["model_type"] in LLAMA_LIKE else opt_forward
-    logits = forward(cfg, P, ids, head, mutations)
+    logits = forward(cfg, P, ids, head, mutations, dropout_of(cfg, training, mutations))
     loss = cross_entropy_mean(logits, lab, mutations)
     loss.backward()
     grads = {}
@@ -428,4 +449,5 @@ def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=
 
 def reference_from_dump(dump, mutations=frozenset(), extras=None):
     """run_reference on the weights and batch of a load_dump() result."""
-    return run_reference(dump["config"], dump["params"], dump["input_ids"], dump["labels"], mutations, extras)
+    return run_reference(dump["config"], dump["params"], dump["input_ids"], dump["labels"], mutations, extras,
+                         dump.get("training"))

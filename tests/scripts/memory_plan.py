@@ -31,6 +31,8 @@ CASES = [
     (4, "NO_SHARD", 0, "tiny-llama", 2, ["--model-precision", "bf16", "--attn", "eager"]),
     (4, "HYBRID", 2, UNTIED, 2, ["--reduce-dtype", "bf16"]),
     (2, "HYBRID", 1, "tiny-opt", 3, ["--head-chunk-tokens", "7"]),
+    (2, "FULL", 0, "tiny-opt", 2, ["--dropout", "0.1", "--attn", "eager"]),
+    (3, "SHARD_GRAD_OP", 0, "tiny-llama", 2, ["--dropout", "0.1"]),
 ]
 
 
@@ -74,6 +76,23 @@ for i, (n, strategy, rpn, model, mbs, extra) in enumerate(CASES):
     if bigger:
         t.check(bigger["bytes"]["reserved"] != s["max_reserved_bytes"],
                 "%s: the plan one micro-batch larger (%d bytes) differs from the measurement" % (name, bigger["bytes"]["reserved"]))
+
+# Dropout after attention and the MLP keeps two more [tokens, hidden] buffers in the arena (tiny-opt,
+# 2 x 16 tokens of 40 floats: 5120 bytes each); attention dropout alone (Llama) keeps none.
+opt = [plan(2, "FULL", 0, "tiny-opt", 2, ["--dropout", p])["bytes"]["activations"] for p in ("0", "0.1")]
+t.check(2 * 5120 <= opt[1] - opt[0] < 2 * (5120 + 256),
+        "tiny-opt: --dropout 0.1 adds %d bytes of activations (2 x 5120, each 256-byte aligned)" % (opt[1] - opt[0]))
+llama = [plan(2, "FULL", 0, "tiny-llama", 2, ["--dropout", p])["bytes"]["activations"] for p in ("0", "0.1")]
+t.check(llama[0] == llama[1], "tiny-llama: attention dropout adds no activations (%d bytes both)" % llama[0])
+# On a GPU, eager attention with dropped probabilities keeps them beside dP in the op scratch:
+# 2 x batch x heads x seq x seq bf16 values (Llama-3.2-1B, 2 x 32 x 1024 x 1024).
+gpu = []
+for p in ("0", "0.1"):
+    rc, out, err = t.run(1, ["plan", "--model", "llama-3.2-1b", "--mbs", "2", "--seq", "1024", "--attn", "eager",
+                             "--dropout", p, "--gpu-mem", "80", "--json"], check=True)
+    gpu.append(json.loads(out)["bytes"]["op_scratch"] if rc == 0 else None)
+t.check(gpu == [2 * 32 * 1024 * 1024 * 2, 2 * 2 * 32 * 1024 * 1024 * 2],
+        "llama-3.2-1b eager on a GPU: op scratch %d without and %d with attention dropout" % tuple(gpu))
 
 # On one rank every strategy is the same computation and the same memory.
 one = [plan(1, s, 0, UNTIED, 2, [])["bytes"]["reserved"] for s in ("FULL", "SHARD_GRAD_OP", "NO_SHARD")]

@@ -8,7 +8,8 @@ gradient names are exactly the parameters of the architecture, that the model co
 reports is the one the case asked for, that the padding_idx row got no gradient from the pad tokens
 in the inputs (exactly 0 untied; exactly the head's share tied), and (unless --no-mutations) that
 the comparison is sensitive: every deliberate bug in reference.MUTATIONS must make some comparison
-fail.
+fail. The "+dropout" cases are training passes: fsdp.c's masks against the reference's own Philox
+(checked first against Random123's known answers), as transformers applies each family's rates.
 
 Environment: FSDP_TOOLS_DIR (where oracle_dump is; default <repo>/build/tests), FSDP_TEST_TMP
 (where the dumps go; default a temporary directory). Exit status 0 on pass, 1 on failure.
@@ -88,7 +89,8 @@ def file_expect(path):
 
 DATA_CONFIG = lambda name: os.path.join(DATA, name, "config.json")  # noqa: E731
 UNTIED = DATA_CONFIG("tiny-llama-untied")
-# (name, MODEL argument, seed, batch, seq, attention, expected config: a dict, or None for the file's)
+# (name, MODEL argument, seed, batch, seq, attention, expected config: a dict, or None for the file's,
+#  and for training passes (dropout, attention_dropout, global index of the first sample))
 CASES = [
     ("tiny-llama/flash", "tiny-llama", 11, 2, 13, "flash", TINY_LLAMA),
     ("tiny-llama/eager", "tiny-llama", 12, 2, 17, "eager", TINY_LLAMA),
@@ -100,7 +102,16 @@ CASES = [
     ("tiny-qwen2/flash", "tiny-qwen2", 18, 2, 15, "flash", TINY_QWEN2),
     ("tiny-qwen2/eager", "tiny-qwen2", 19, 2, 12, "eager", TINY_QWEN2),
     ("tiny-qwen2-tied/eager", DATA_CONFIG("tiny-qwen2-tied"), 20, 2, 16, "eager", None),
+    # Dropout: OPT drops the attention and MLP outputs and the probabilities; Llama and Qwen2 only the
+    # probabilities (the `dropout` given to tiny-llama must have no effect). Sequences past 16 cross
+    # the 16 x 16 tiles of the probability masks; a sample index past 2^32 uses the counter's high bits.
+    ("tiny-opt/flash+dropout", "tiny-opt", 21, 2, 15, "flash", TINY_OPT, (0.1, 0.1, 1000)),
+    ("tiny-opt/eager+dropout", "tiny-opt", 22, 3, 21, "eager", TINY_OPT, (0.25, 0.2, 123456789012)),
+    ("tiny-llama/flash+dropout", "tiny-llama", 23, 2, 17, "flash", TINY_LLAMA, (0.3, 0.1, 77)),
+    ("tiny-llama/eager+dropout", "tiny-llama", 24, 2, 33, "eager", TINY_LLAMA, (0.0, 0.15, 5)),
+    ("tiny-qwen2/flash+dropout", "tiny-qwen2", 25, 2, 18, "flash", TINY_QWEN2, (0.0, 0.1, 31)),
 ]
+CASES = [c if len(c) == 8 else c + (None,) for c in CASES]
 
 
 def rel(a, b, denom=None):
@@ -209,13 +220,13 @@ def check_padding(dump, head_grad):
 
 
 def run_dump(tool, case, tmp):
-    name, model, seed, B, T, attn, _ = case
+    name, model, seed, B, T, attn, _, drop = case
     out = os.path.join(tmp, "oracle_%s.h5" % name.replace("/", "_"))
     env = dict(os.environ)
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
-    cmd = [tool, model, str(seed), str(B), str(T), out, attn]
+    cmd = [tool, model, str(seed), str(B), str(T), out, attn] + ([str(x) for x in drop] if drop else [])
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        universal_newlines=True)
     if p.returncode != 0:
@@ -225,7 +236,7 @@ def run_dump(tool, case, tmp):
 
 def check_structure(case, dump):
     """Names, shapes and config of a dump. Returns a list of failure messages."""
-    name, model, _, B, T, _, expect = case
+    name, model, _, B, T, _, expect, drop = case
     cfg = dump["config"]
     errors = []
     if expect is None:
@@ -260,10 +271,21 @@ def check_structure(case, dump):
         errors.append("labels out of range")
     elif (dump["labels"] != -1).sum() == 0:
         errors.append("no counted labels")
+    training = dump["training"]
+    if bool(training) != bool(drop) or (drop and training["sample_base"] != drop[2]):
+        errors.append("the dump says training %s, the case asks for dropout %s" % (training, drop))
     return errors
 
 
-def applies(mutation, cfg):
+def applies(mutation, dump):
+    cfg = dump["config"]
+    if mutation.startswith("dropout_"):
+        drop = reference.dropout_of(cfg, dump["training"], frozenset())
+        hidden = getattr(drop, "p", {}).get("hidden", 0.0) > 0.0
+        attention = getattr(drop, "p", {}).get("attention", 0.0) > 0.0
+        if mutation == "dropout_sites_swapped":
+            return hidden
+        return attention if mutation == "dropout_probs_transposed" else hidden or attention
     llama = cfg["model_type"] in reference.LLAMA_LIKE
     tied = cfg.get("tie_word_embeddings", reference.TIE_DEFAULT[cfg["model_type"]])
     if mutation == "rope_no_llama3":
@@ -298,17 +320,22 @@ def main(argv):
         return 1
     print("oracle_torch: torch %s, h5py %s, tolerance %.0e, tool %s"
           % (torch.__version__, h5py.__version__, TOL, tool))
+    kat = reference.philox_known_answers()
+    print("philox4x32-10 of the reference against Random123's known answers: %s" % ("ok" if not kat else "FAIL"))
+    for line in kat:
+        print("  FAIL: " + line)
     tmp_root = os.environ.get("FSDP_TEST_TMP")
     if tmp_root:
         os.makedirs(tmp_root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="oracle_torch.", dir=tmp_root or None)
 
-    failed = []
+    failed = ["philox known answers"] if kat else []
     dumps = []
     for case in CASES:
         name = case[0]
-        print("case %s (%s, seed %d, batch %d, seq %d, %s)" % (name, os.path.relpath(case[1], REPO)
-              if os.path.sep in case[1] else case[1], case[2], case[3], case[4], case[5]))
+        print("case %s (%s, seed %d, batch %d, seq %d, %s%s)" % (name, os.path.relpath(case[1], REPO)
+              if os.path.sep in case[1] else case[1], case[2], case[3], case[4], case[5],
+              ", training: dropout %g, attention_dropout %g, samples from %d" % case[7] if case[7] else ""))
         try:
             dump = reference.load_dump(run_dump(tool, case, tmp))
         except (RuntimeError, OSError) as e:
@@ -338,7 +365,7 @@ def main(argv):
         for mut, what in sorted(reference.MUTATIONS.items()):
             hits = []
             for name, dump in dumps:
-                if not applies(mut, dump["config"]):
+                if not applies(mut, dump):
                     continue
                 ok, worst, where = compare(dump, reference.reference_from_dump(dump, {mut}), False, name)
                 hits.append((name, ok, worst, where))

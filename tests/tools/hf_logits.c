@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     fsdp_backend_options bo = {.kind = "cpu", .act_dtype = FSDP_F32, .grad_dtype = FSDP_F32, .local_size = 1};
     fsdp_backend *be = fsdp_backend_create(&bo, &err);
     if (!be) die(err.msg);
-    fsdp_model_shape shape = {B, T, FSDP_ATTN_EAGER, 0};
+    fsdp_model_shape shape = {.batch = B, .seq = T, .attn = FSDP_ATTN_EAGER};
     fsdp_model *m = fsdp_model_create(be, &cfg, &layout, &shape, &err);
     if (!m) die(err.msg);
     int U = layout.num_units;

@@ -2,7 +2,11 @@
  * everything an independent implementation needs to check it: the weights, the batch, the logits,
  * the loss and every parameter gradient, under Hugging Face names (tests/oracle/README.md).
  *
- *   oracle_dump MODEL SEED BATCH SEQ OUT.h5 [eager|flash]
+ *   oracle_dump MODEL SEED BATCH SEQ OUT.h5 [eager|flash] [DROPOUT ATTENTION_DROPOUT SAMPLE_BASE]
+ *
+ * With the dropout arguments the config's `dropout` and `attention_dropout` are set to them and the
+ * pass is a training micro-batch: the model drops what fsdp_model_dropout_rates says the family
+ * drops, with masks of seed SEED for the samples SAMPLE_BASE, SAMPLE_BASE + 1, ...
  */
 #include <hdf5.h>
 #include <mpi.h>
@@ -37,7 +41,8 @@ static void write_i32(hid_t file, const char *name, int rank, const hsize_t *dim
 }
 
 int main(int argc, char **argv) {
-    if (argc < 6) die("usage: oracle_dump MODEL SEED BATCH SEQ OUT.h5 [eager|flash]");
+    if (argc < 6 || (argc > 7 && argc != 10))
+        die("usage: oracle_dump MODEL SEED BATCH SEQ OUT.h5 [eager|flash] [DROPOUT ATTENTION_DROPOUT SAMPLE_BASE]");
     MPI_Init(&argc, &argv);
     fsdp_err err = {0};
     fsdp_model_config cfg;
@@ -51,9 +56,17 @@ int main(int argc, char **argv) {
     fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
     fsdp_backend *be = fsdp_backend_create(&bo, &err);
     if (!be) die(err.msg);
-    fsdp_model_shape shape = {B, T, attn, 0};
+    fsdp_model_shape shape = {.batch = B, .seq = T, .attn = attn};
+    int training = argc == 10;
+    long long sample_base = training ? strtoll(argv[9], NULL, 10) : 0;
+    if (training) {
+        cfg.dropout = strtof(argv[7], NULL);
+        cfg.attention_dropout = strtof(argv[8], NULL);
+        if (fsdp_model_dropout_rates(&cfg, 0, 0.0, &shape.dropout, &err)) die(err.msg);
+    }
     fsdp_model *m = fsdp_model_create(be, &cfg, &layout, &shape, &err);
     if (!m) die(err.msg);
+    fsdp_model_set_dropout(m, training, seed, sample_base);
 
     /* One flat parameter and gradient buffer per unit, as the engine would hand them over. */
     int U = layout.num_units;
@@ -110,8 +123,17 @@ int main(int argc, char **argv) {
     hid_t attr = H5Acreate2(f, "config", str, scalar, H5P_DEFAULT, H5P_DEFAULT);
     H5Awrite(attr, str, config);
     H5Aclose(attr);
-    H5Sclose(scalar);
     H5Tclose(str);
+    if (training) { /* what the masks are drawn from; the rates are the config's */
+        const char *names[2] = {"dropout_seed", "sample_base"};
+        const long long values[2] = {(long long)seed, sample_base};
+        for (int i = 0; i < 2; i++) {
+            hid_t a = H5Acreate2(f, names[i], H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+            if (a < 0 || H5Awrite(a, H5T_NATIVE_LLONG, &values[i]) < 0) die(names[i]);
+            H5Aclose(a);
+        }
+    }
+    H5Sclose(scalar);
     hsize_t bt[2] = {(hsize_t)B, (hsize_t)T}, btv[3] = {(hsize_t)B, (hsize_t)T, (hsize_t)cfg.vocab_size}, one = 1;
     write_i32(f, "input_ids", 2, bt, tokens);
     write_i32(f, "labels", 2, bt, targets);
@@ -130,7 +152,10 @@ int main(int argc, char **argv) {
         write_f32(f, name, p->ndim, dims, grads[p->unit] + p->offset);
     }
     H5Fclose(f);
-    printf("oracle_dump: %s, %d x %d tokens, loss %.6f -> %s\n", argv[1], B, T, loss, argv[5]);
+    char dropout[160];
+    fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
+    printf("oracle_dump: %s, %d x %d tokens, dropout %s, loss %.6f -> %s\n", argv[1], B, T, training ? dropout : "off",
+           loss, argv[5]);
     MPI_Finalize();
     return 0;
 }

@@ -178,7 +178,8 @@ static void test_norm(int llama, int N, int C) {
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->free(gpu, ptrs[i]);
 }
 
-/* p > 0 runs attention_dropout_forward / _backward (probabilities dropped) on both backends. */
+/* p > 0 drops the probabilities (attention_forward / _backward with a dropout descriptor) on both
+ * backends; p = 0 passes no descriptor. */
 static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D, double p) {
     char name[128];
     const char *m = mode == FSDP_ATTN_EAGER ? "eager" : "flash";
@@ -189,13 +190,9 @@ static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D,
     void *cprobs = mode == FSDP_ATTN_EAGER ? probs : NULL;
     void *dqkvin = upload(qkv, nq, ACT), *dout = poisoned(no, ACT), *dlse = poisoned(nl, FSDP_F32);
     void *dprobs = mode == FSDP_ATTN_EAGER ? poisoned(np, ACT) : NULL;
-    if (p > 0) {
-        cpu->attention_dropout_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D, &drop);
-        gpu->attention_dropout_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D, &drop);
-    } else {
-        cpu->attention_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D);
-        gpu->attention_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D);
-    }
+    const fsdp_dropout *dr = p > 0 ? &drop : NULL;
+    cpu->attention_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D, dr);
+    gpu->attention_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D, dr);
     snprintf(name, sizeof name, "attention %s fwd B%d T%d H%d/%d D%d p%.1f", m, B, T, Hq, Hkv, D, p);
     compare(name, out, dout, no, ACT, tolerance());
     snprintf(name, sizeof name, "attention %s fwd lse", m);
@@ -204,13 +201,8 @@ static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D,
     float *dy = randn(no, 1.0f), *dq = malloc(nq * 4);
     /* The backward reads the forward's output; give both sides their own. */
     void *ddy = upload(dy, no, ACT), *ddq = poisoned(nq, ACT);
-    if (p > 0) {
-        cpu->attention_dropout_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D, &drop);
-        gpu->attention_dropout_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, &drop);
-    } else {
-        cpu->attention_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D);
-        gpu->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D);
-    }
+    cpu->attention_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D, dr);
+    gpu->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, dr);
     snprintf(name, sizeof name, "attention %s bwd dqkv B%d T%d H%d/%d D%d p%.1f", m, B, T, Hq, Hkv, D, p);
     compare(name, dq, ddq, nq, ACT, ACT == FSDP_BF16 ? 3e-2 : 1e-4);
     free(qkv), free(out), free(lse), free(probs), free(dy), free(dq);

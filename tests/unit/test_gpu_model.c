@@ -3,7 +3,10 @@
  * Qwen2 (q/k/v biases, untied), inputs holding the padding_idx where the model has one, and a
  * small Llama with head dimension 64 (the tensor-core attention path), with flash and eager
  * attention, in fp32 (tolerance 1e-4) and bf16 mixed precision against the CPU's bf16 emulation
- * (loss 1e-2, gradients 6e-2 with flash and 2e-1 with eager, whose dP is bf16).
+ * (loss 1e-2, gradients 6e-2 with flash and 2e-1 with eager, whose dP is bf16). Then the same as
+ * training micro-batches with dropout (OPT: 0.1 on the attention and MLP outputs and 0.1 on the
+ * probabilities; Llama, Qwen2 and the head-dimension-64 Llama: 0.1 on the probabilities): both
+ * backends draw bit-identical masks from the same samples, so the tolerances stay the same.
  * Exit 77 without a GPU. */
 #include <math.h>
 #include <mpi.h>
@@ -59,12 +62,15 @@ static void run_side(side *s, const fsdp_model_config *cfg, const fsdp_layout *l
                      const int32_t *tok, const int32_t *tgt, int B, int T, fsdp_attn attn, int counted) {
     fsdp_backend *be = s->be;
     fsdp_err err = {0};
-    fsdp_model_shape shape = {B, T, attn, 17};
-    s->model = fsdp_model_create(be, cfg, l, &shape, &err);
+    fsdp_model_shape shape = {.batch = B, .seq = T, .attn = attn, .head_chunk_rows = 17};
+    if (fsdp_model_dropout_rates(cfg, 0, 0.0, &shape.dropout, &err) == 0)
+        s->model = fsdp_model_create(be, cfg, l, &shape, &err);
     if (!s->model) {
         printf("model creation failed: %s\n", err.msg);
         exit(1);
     }
+    /* A training micro-batch of the samples from global index 5000 (the masks' samples). */
+    fsdp_model_set_dropout(s->model, shape.dropout.hidden > 0 || shape.dropout.attention > 0, 99, 5000);
     int U = l->num_units;
     s->params = calloc((size_t)U, sizeof(void *));
     s->grads = calloc((size_t)U, sizeof(void *));
@@ -138,8 +144,9 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
     double tol_grad = act == FSDP_F32 ? 1e-4 : attn == FSDP_ATTN_EAGER ? 2e-1 : 6e-2;
     char what[192];
     float *gl = to_host(g.be, g.loss, 1, FSDP_F32);
-    snprintf(what, sizeof what, "%s %s %s: loss %.5f vs %.5f", label, act == FSDP_BF16 ? "bf16" : "fp32",
-             attn == FSDP_ATTN_FLASH ? "flash" : "eager", *gl / counted, *c.loss / counted);
+    snprintf(what, sizeof what, "%s %s %s%s: loss %.5f vs %.5f", label, act == FSDP_BF16 ? "bf16" : "fp32",
+             attn == FSDP_ATTN_FLASH ? "flash" : "eager", cfg->dropout > 0 || cfg->attention_dropout > 0 ? " dropout" : "",
+             *gl / counted, *c.loss / counted);
     check(what, fabs(*gl - *c.loss) / fabs(*c.loss), tol_loss);
     double worst = 0;
     for (int i = 0; i < l.num_params; i++) {
@@ -158,8 +165,9 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
         check(what, e, tol_grad);
         free(gg);
     }
-    printf("  %s %s %s: %d gradients, worst rel err %.2e (tol %.0e)\n", label, act == FSDP_BF16 ? "bf16" : "fp32",
-           attn == FSDP_ATTN_FLASH ? "flash" : "eager", l.num_params, worst, tol_grad);
+    printf("  %s %s %s%s: %d gradients, worst rel err %.2e (tol %.0e)\n", label, act == FSDP_BF16 ? "bf16" : "fp32",
+           attn == FSDP_ATTN_FLASH ? "flash" : "eager", cfg->dropout > 0 || cfg->attention_dropout > 0 ? " dropout" : "",
+           l.num_params, worst, tol_grad);
     free(gl);
     free_side(&c, U), free_side(&g, U);
     c.be->destroy(c.be), g.be->destroy(g.be);
@@ -188,6 +196,17 @@ int main(int argc, char **argv) {
             fsdp_dtype a = act ? FSDP_BF16 : FSDP_F32;
             compare_model("tiny-llama", &tl, a, (fsdp_attn)attn, 2, 37);
             compare_model("tiny-opt", &to, a, (fsdp_attn)attn, 2, 37);
+            compare_model("tiny-qwen2", &tq, a, (fsdp_attn)attn, 2, 37);
+            compare_model("small-llama-d64", &sl, a, (fsdp_attn)attn, 2, 200);
+        }
+    /* Training with dropout: tiny-opt's `dropout` and every model's attention_dropout. */
+    to.dropout = 0.1f, to.attention_dropout = 0.1f;
+    tl.attention_dropout = tq.attention_dropout = sl.attention_dropout = 0.1f;
+    for (int act = 0; act < 2; act++)
+        for (int attn = 0; attn < 2; attn++) {
+            fsdp_dtype a = act ? FSDP_BF16 : FSDP_F32;
+            compare_model("tiny-opt", &to, a, (fsdp_attn)attn, 2, 37);
+            compare_model("tiny-llama", &tl, a, (fsdp_attn)attn, 2, 37);
             compare_model("tiny-qwen2", &tq, a, (fsdp_attn)attn, 2, 37);
             compare_model("small-llama-d64", &sl, a, (fsdp_attn)attn, 2, 200);
         }

@@ -1,5 +1,8 @@
-/* The whole model's gradient against finite differences, on tiny Llama (GQA, tied, llama3 rope) and
- * tiny OPT (biases, learned positions), fp32 on the CPU backend.
+/* The whole model's gradient against finite differences, on tiny Llama (GQA, tied, llama3 rope),
+ * tiny OPT (biases, learned positions) and tiny Qwen2, fp32 on the CPU backend; and again as training
+ * micro-batches with dropout (OPT: on the attention and MLP outputs and the probabilities; Llama:
+ * on the probabilities), whose masks are a fixed function of the samples, so that the loss is a
+ * smooth function of the weights and the gradient must be the one of the forward's masks.
  *
  * For every parameter tensor, three directional derivatives of the mean loss are compared with
  * central differences: along the gradient itself (checks its length), along a sparse random
@@ -43,15 +46,18 @@ static double evaluate(rig *r, int keep_grads) {
     return (double)*r->loss_sum / r->counted;
 }
 
-static void setup(rig *r, const char *preset, int B, int T) {
+static void setup(rig *r, const char *preset, int B, int T, double dropout, double attention_dropout) {
     fsdp_err err = {0};
     memset(r, 0, sizeof *r);
     if (fsdp_model_preset(preset, &r->cfg)) exit(1);
     fsdp_layout_build(&r->cfg, &r->layout);
     fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
     r->be = fsdp_backend_create(&bo, &err);
-    fsdp_model_shape shape = {B, T, FSDP_ATTN_FLASH, 5}; /* several LM-head chunks */
+    fsdp_model_shape shape = {.batch = B, .seq = T, .attn = FSDP_ATTN_FLASH, .head_chunk_rows = 5}; /* several LM-head chunks */
+    r->cfg.dropout = (float)dropout, r->cfg.attention_dropout = (float)attention_dropout;
+    if (fsdp_model_dropout_rates(&r->cfg, 0, 0.0, &shape.dropout, &err)) exit(1);
     r->model = fsdp_model_create(r->be, &r->cfg, &r->layout, &shape, &err);
+    if (r->model) fsdp_model_set_dropout(r->model, dropout > 0 || attention_dropout > 0, 29, 1000);
     if (!r->be || !r->model) {
         fprintf(stderr, "setup failed: %s\n", err.msg);
         exit(1);
@@ -141,9 +147,9 @@ static double check_param(rig *r, const fsdp_param_desc *p, int index, const flo
     return worst;
 }
 
-static int run(const char *preset) {
+static int run(const char *preset, double dropout, double attention_dropout) {
     rig r;
-    setup(&r, preset, 2, 7);
+    setup(&r, preset, 2, 7, dropout, attention_dropout);
     double loss = evaluate(&r, 1);
     /* Keep the gradients of the unperturbed model: later evaluations overwrite r.grads. */
     float **grads = calloc((size_t)r.layout.num_units, sizeof *grads);
@@ -153,7 +159,8 @@ static int run(const char *preset) {
         memcpy(grads[u], r.grads[u], bytes);
     }
     int failures = 0;
-    printf("%s: loss %.6f over %d tokens\n", preset, loss, r.counted);
+    printf("%s, dropout %g, attention_dropout %g: loss %.6f over %d tokens\n", preset, dropout, attention_dropout, loss,
+           r.counted);
     for (int i = 0; i < r.layout.num_params; i++) {
         const fsdp_param_desc *p = &r.layout.params[i];
         /* Without rotary positions a k_proj bias has an exactly zero gradient (softmax ignores a
@@ -176,7 +183,8 @@ static int run(const char *preset) {
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    int failures = run("tiny-llama") + run("tiny-opt") + run("tiny-qwen2");
+    int failures = run("tiny-llama", 0, 0) + run("tiny-opt", 0, 0) + run("tiny-qwen2", 0, 0);
+    failures += run("tiny-opt", 0.2, 0.2) + run("tiny-llama", 0, 0.25);
     printf(failures ? "test_model_grad: %d FAILED\n" : "test_model_grad: all passed\n", failures);
     MPI_Finalize();
     return failures ? 1 : 0;
