@@ -607,6 +607,8 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->rope_backward = cuda_rope_backward;
     be->attention_forward = cuda_attention_forward;
     be->attention_backward = cuda_attention_backward;
+    be->kv_cache_append = fsdp_cuda_kv_cache_append_op;
+    be->attention_decode = fsdp_cuda_attention_decode_op;
     be->attention_dropout_forward = fsdp_cuda_attention_dropout_forward_op;
     be->attention_dropout_backward = fsdp_cuda_attention_dropout_backward_op;
     fsdp_cuda_set_dropout_ops(be);
