@@ -280,31 +280,40 @@ int fsdp_cmd_generate(int argc, char **argv) {
     /* The tokenizer: needed for text in or out. */
     char tok_buf[4400];
     const char *tok_path = find_tokenizer(&f, &src, tok_buf, sizeof tok_buf);
-    int need_tok = !f.prompt_ids || !f.print_ids;
-    if (need_tok && !tok_path)
-        fsdp_exit_error((fsdp_usagef(&err, "generate: %s needs a tokenizer: give --tokenizer FILE (the model has no "
-                                     "tokenizer.json beside it)", f.prompt_ids ? "writing text" : "a text prompt"), &err), 0);
+    if ((!f.prompt_ids || !f.print_ids) && !tok_path) {
+        fsdp_usagef(&err, "generate: %s needs a tokenizer: give --tokenizer FILE (the model has no tokenizer.json "
+                    "beside it)", f.prompt_ids ? "writing text" : "a text prompt");
+        fsdp_exit_error(&err, 0);
+    }
     fsdp_tokenizer *tok = NULL;
     if (tok_path) {
         if (!(tok = fsdp_tokenizer_load(tok_path, &err))) fsdp_exit_error(&err, 0);
-        if (fsdp_tokenizer_vocab_size(tok) > (uint32_t)src.cfg.vocab_size)
-            fsdp_exit_error((fsdp_errf(&err, "--tokenizer %s has ids up to %u, beyond the model's vocabulary of %d", tok_path,
-                                       fsdp_tokenizer_vocab_size(tok) - 1, src.cfg.vocab_size), &err), 0);
+        if (fsdp_tokenizer_vocab_size(tok) > (uint32_t)src.cfg.vocab_size) {
+            fsdp_errf(&err, "--tokenizer %s has ids up to %u, beyond the model's vocabulary of %d", tok_path,
+                      fsdp_tokenizer_vocab_size(tok) - 1, src.cfg.vocab_size);
+            fsdp_exit_error(&err, 0);
+        }
     }
     int32_t *prompt = NULL;
     int prompt_len = 0;
     if (prompt_ids(&f, tok, &prompt, &prompt_len, &err)) fsdp_exit_error(&err, 0);
-    for (int i = 0; i < prompt_len; i++)
+    for (int i = 0; i < prompt_len && !err.failed; i++)
         if (prompt[i] >= src.cfg.vocab_size)
-            fsdp_exit_error((fsdp_usagef(&err, "--prompt-ids: %d is outside the model's vocabulary of %d", (int)prompt[i],
-                                         src.cfg.vocab_size), &err), 0);
-    if (prompt_len == 0)
-        fsdp_exit_error((fsdp_usagef(&err, "generate: the prompt has no tokens (give text, or keep the tokenizer's "
-                                     "special tokens)"), &err), 0);
-    if (src.cfg.family->pos == FSDP_POS_LEARNED && prompt_len > src.cfg.max_position_embeddings)
-        fsdp_exit_error((fsdp_usagef(&err, "generate: the prompt has %d tokens, more than the %d positions of the model "
-                                     "(%s has learned positions)", prompt_len, src.cfg.max_position_embeddings,
-                                     src.cfg.family->model_type), &err), 0);
+            fsdp_usagef(&err, "--prompt-ids: %d is outside the model's vocabulary of %d", (int)prompt[i],
+                        src.cfg.vocab_size);
+    if (!err.failed && prompt_len == 0)
+        fsdp_usagef(&err, "generate: the prompt has no tokens (give text, or keep the tokenizer's special tokens)");
+    if (err.failed) fsdp_exit_error(&err, 0);
+    /* Learned positions end at max_position_embeddings: refused before anything is loaded. */
+    int positions = src.cfg.max_position_embeddings;
+    if (src.cfg.family->pos == FSDP_POS_LEARNED && prompt_len > positions)
+        fsdp_usagef(&err, "generate: the prompt has %d tokens, more than the %d positions of the model (%s has learned "
+                    "positions)", prompt_len, positions, src.cfg.family->model_type);
+    else if (src.cfg.family->pos == FSDP_POS_LEARNED && f.max_new_tokens > 0 && prompt_len + f.max_new_tokens - 1 > positions)
+        fsdp_usagef(&err, "generate: the prompt's %d tokens and --max-new-tokens %d need %d positions, more than the "
+                    "model's max_position_embeddings %d (%s has learned positions)", prompt_len, f.max_new_tokens,
+                    prompt_len + f.max_new_tokens - 1, positions, src.cfg.family->model_type);
+    if (err.failed) fsdp_exit_error(&err, 0);
 
     /* The device and the dtype. */
     const char *kind = f.device;
