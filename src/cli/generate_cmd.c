@@ -137,7 +137,8 @@ static int model_defaults(const fsdp_model_source *src, const fsdp_arg_spec *spe
     if (!fsdp_args_find(spec, "top-p")->seen && g.has_top_p) f->top_p = g.top_p;
     if (!fsdp_args_find(spec, "max-new-tokens")->seen && g.has_max_new_tokens) f->max_new_tokens = g.max_new_tokens;
     if (!strcmp(f->do_sample, "auto")) f->do_sample = g.has_do_sample && !g.do_sample ? "no" : "yes";
-    if (f->top_p <= 0.0) return fsdp_usagef(err, "--top-p must be in (0, 1]");
+    if (f->top_p <= 0.0) /* only generation_config.json can get here: the flag is checked when parsed */
+        return fsdp_errf(err, "%s/generation_config.json: top_p 0 leaves no token to sample (give --top-p)", src->path);
     return 0;
 }
 
