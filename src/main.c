@@ -20,6 +20,7 @@ static const command COMMANDS[] = {
     {"plan", fsdp_cmd_plan, "the memory a training configuration reserves per GPU, and the largest micro-batch that fits"},
     {"export", fsdp_cmd_export, "write a checkpoint as a Hugging Face model directory (safetensors) for transformers"},
     {"verify", fsdp_cmd_verify, "check checkpoints completely (checksums, attributes) and say what they hold"},
+    {"generate", fsdp_cmd_generate, "continue a prompt with a model, streaming the text (KV cache, CPU or one GPU)"},
 };
 
 static void usage(FILE *out) {

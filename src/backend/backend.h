@@ -239,6 +239,19 @@ struct fsdp_backend {
                                const void *qkv, const void *out, const float *lse, const void *probs,
                                int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
 
+    /* ---- generation with a KV cache (no backward) ---- */
+    /* The cache of one layer: k_cache and v_cache [Hkv, cap, D] (act dtype; kv head, position, head
+     * dim). Copies the k and v heads of qkv[N, (Hq+2*Hkv)*D] (after rotary; row n is position
+     * pos0 + n) into positions pos0 .. pos0 + N - 1 (< cap). */
+    void (*kv_cache_append)(fsdp_backend *be, void *k_cache, void *v_cache, const void *qkv, int N, int pos0, int cap,
+                            int Hq, int Hkv, int D);
+    /* out[N, Hq*D] = attention of the query heads of qkv's rows over the cache: row n (position
+     * pos0 + n) attends to cache positions 0 .. pos0 + n, which must have been appended; grouped
+     * query heads (query head h reads kv head h / (Hq/Hkv)), scale 1/sqrt(D). Row for row what
+     * attention_forward computes for the same keys and values. */
+    void (*attention_decode)(fsdp_backend *be, void *out, const void *qkv, const void *k_cache, const void *v_cache,
+                             int N, int pos0, int cap, int Hq, int Hkv, int D);
+
     /* ---- residual dropout (transformers' dropout on a block's output before the residual add) ---- */
     /* out[N,C] = residual + keep . x / (1 - p); out may alias residual or x. */
     void (*residual_dropout_forward)(fsdp_backend *be, void *out, const void *residual, const void *x, int N, int T,

@@ -545,6 +545,19 @@ static void cpu_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dq
     round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
 }
 
+static void cpu_kv_cache_append_op(fsdp_backend *be, void *k_cache, void *v_cache, const void *qkv, int N, int pos0,
+                                   int cap, int Hq, int Hkv, int D) {
+    progress(be);
+    cpu_kv_cache_append(k_cache, v_cache, qkv, N, pos0, cap, Hq, Hkv, D); /* copies: already rounded */
+}
+
+static void cpu_attention_decode_op(fsdp_backend *be, void *out, const void *qkv, const void *k_cache,
+                                    const void *v_cache, int N, int pos0, int cap, int Hq, int Hkv, int D) {
+    progress(be);
+    cpu_attention_decode(out, qkv, k_cache, v_cache, N, pos0, cap, Hq, Hkv, D);
+    round_if(ACT(be), out, (size_t)N * Hq * D);
+}
+
 /* The fused residual-dropout ops are defined as their parts in sequence, each output rounded to
  * the act dtype where it is stored: what the CUDA kernels compute in one pass. */
 static void cpu_residual_dropout_forward_op(fsdp_backend *be, void *out, const void *residual, const void *x, int N,
@@ -680,6 +693,8 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->rope_backward = cpu_rope_backward_op;
     be->attention_forward = cpu_attention_forward_op;
     be->attention_backward = cpu_attention_backward_op;
+    be->kv_cache_append = cpu_kv_cache_append_op;
+    be->attention_decode = cpu_attention_decode_op;
     be->residual_dropout_forward = cpu_residual_dropout_forward_op;
     be->dropout_backward = cpu_dropout_backward_op;
     be->rmsnorm_dropout_forward = cpu_rmsnorm_dropout_forward_op;

@@ -118,3 +118,17 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
     (void)out;
     (void)lse;
 }
+
+/* Generation over a KV cache (src/kernels/cuda/attention_decode.cu). */
+void fsdp_cuda_kv_cache_append_op(fsdp_backend *be, void *k_cache, void *v_cache, const void *qkv, int N, int pos0,
+                                  int cap, int Hq, int Hkv, int D) {
+    fsdp_cuda_kv_cache_append(k_cache, v_cache, qkv, N, pos0, cap, Hq, Hkv, D, be->act_dtype, compute_stream(be));
+}
+
+void fsdp_cuda_attention_decode_op(fsdp_backend *be, void *out, const void *qkv, const void *k_cache,
+                                   const void *v_cache, int N, int pos0, int cap, int Hq, int Hkv, int D) {
+    size_t bytes = fsdp_cuda_decode_scratch(N, pos0 + N, Hq, D);
+    float *scratch = bytes ? fsdp_cuda_scratch(be, bytes) : NULL;
+    fsdp_cuda_attention_decode(out, qkv, k_cache, v_cache, N, pos0, cap, Hq, Hkv, D, be->act_dtype, scratch,
+                               compute_stream(be));
+}

@@ -596,6 +596,8 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->rope_backward = cuda_rope_backward;
     be->attention_forward = fsdp_cuda_attention_forward_op;
     be->attention_backward = fsdp_cuda_attention_backward_op;
+    be->kv_cache_append = fsdp_cuda_kv_cache_append_op;
+    be->attention_decode = fsdp_cuda_attention_decode_op;
     fsdp_cuda_set_dropout_ops(be);
     be->swiglu_forward = cuda_swiglu_forward;
     be->swiglu_backward = cuda_swiglu_backward;

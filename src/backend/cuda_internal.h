@@ -116,6 +116,12 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
                                      const void *out, const float *lse, const void *probs, int B, int T, int Hq,
                                      int Hkv, int D, const fsdp_dropout *drop);
 
+/* cuda_attention.c: the kv_cache_append and attention_decode ops. */
+void fsdp_cuda_kv_cache_append_op(fsdp_backend *be, void *k_cache, void *v_cache, const void *qkv, int N, int pos0,
+                                  int cap, int Hq, int Hkv, int D);
+void fsdp_cuda_attention_decode_op(fsdp_backend *be, void *out, const void *qkv, const void *k_cache,
+                                   const void *v_cache, int N, int pos0, int cap, int Hq, int Hkv, int D);
+
 /* cuda_dropout.c: fills the residual-dropout entries of the table. */
 void fsdp_cuda_set_dropout_ops(fsdp_backend *be);
 

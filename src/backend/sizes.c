@@ -41,6 +41,10 @@ size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x) {
     return max_size(need, fsdp_cuda_reduce_scratch((size_t)x->tokens)); /* the loss sum */
 }
 
+size_t fsdp_device_decode_scratch(fsdp_device_kind k, int q_heads, int head_dim, int keys) {
+    return k == FSDP_DEVICE_CPU ? 0 : fsdp_cuda_decode_scratch(1, keys, q_heads, head_dim);
+}
+
 int fsdp_device_gemm_tuning(void) {
     const char *env = getenv("FSDP_GEMM_TUNE");
     return !(env && !strcmp(env, "0"));

@@ -51,6 +51,10 @@ typedef struct {
  * the first step (reserve_scratch), so a step allocates nothing. */
 size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x);
 
+/* The op scratch of generation's attention for one query row over a KV cache of `keys` positions
+ * (0 on the CPU); the decoder reserves it when it is made. */
+size_t fsdp_device_decode_scratch(fsdp_device_kind k, int q_heads, int head_dim, int keys);
+
 /* Every buffer the backend holds for itself with these shapes, as reserved_bytes counts them. */
 typedef struct {
     size_t lt_workspace, tune_scratch, op_scratch;

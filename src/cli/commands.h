@@ -17,5 +17,6 @@ int fsdp_cli_parse_mbs(const char *command, const char *text, int *mbs, int *is_
 int fsdp_cli_parse_dropout(const char *command, const char *text, int *set, double *rate, fsdp_err *err);
 int fsdp_cmd_export(int argc, char **argv);
 int fsdp_cmd_verify(int argc, char **argv);
+int fsdp_cmd_generate(int argc, char **argv);
 
 #endif

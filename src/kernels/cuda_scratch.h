@@ -63,6 +63,25 @@ static inline size_t fsdp_cuda_eager_backward_scratch(int B, int T, int Hq, size
     return (size_t)B * (size_t)Hq * (size_t)T * (size_t)T * esize * (dropping ? 2 : 1);
 }
 
+/* Attention over a KV cache (attention_decode.cu): the keys of a query row are split into at most
+ * FSDP_CUDA_DECODE_MAX_SPLITS blocks of at least FSDP_CUDA_DECODE_SPLIT_KEYS keys, a number that
+ * depends on the longest row alone (`keys` = its length); with more than one split, every (row,
+ * head, split) writes its running maximum, sum and unnormalised output [D] (fp32) to the scratch,
+ * and a second kernel combines them in split order. */
+#define FSDP_CUDA_DECODE_SPLIT_KEYS 256
+#define FSDP_CUDA_DECODE_MAX_SPLITS 64
+
+static inline int fsdp_cuda_decode_splits(int keys) {
+    int s = (keys + FSDP_CUDA_DECODE_SPLIT_KEYS - 1) / FSDP_CUDA_DECODE_SPLIT_KEYS;
+    return s < 1 ? 1 : s > FSDP_CUDA_DECODE_MAX_SPLITS ? FSDP_CUDA_DECODE_MAX_SPLITS : s;
+}
+
+static inline size_t fsdp_cuda_decode_scratch(int N, int keys, int Hq, int D) {
+    int s = fsdp_cuda_decode_splits(keys);
+    if (s == 1 || N <= 0) return 0;
+    return (size_t)N * (size_t)Hq * (size_t)s * ((size_t)D + 2) * sizeof(float);
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -56,6 +56,14 @@ void cpu_attention_forward(float *out, float *lse, float *probs, const float *qk
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                             const float *probs, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
 
+/* Generation over a KV cache (attention_decode.c; shapes as kv_cache_append and attention_decode in
+ * src/backend/backend.h): caches [Hkv, cap, D]; query row n of qkv is position pos0 + n and attends
+ * to cache positions 0 .. pos0 + n. */
+void cpu_kv_cache_append(float *k_cache, float *v_cache, const float *qkv, int N, int pos0, int cap, int Hq, int Hkv,
+                         int D);
+void cpu_attention_decode(float *out, const float *qkv, const float *k_cache, const float *v_cache, int N, int pos0,
+                          int cap, int Hq, int Hkv, int D);
+
 /* Residual dropout on [N, C] tensors whose row n is position n % T of sample drop->sample_base +
  * n / T: out = residual + keep . x / (1 - p) (out may alias residual or x), and its backward
  * dx = keep . dout / (1 - p) (dx may alias dout). drop NULL or inactive: no mask (out = residual +

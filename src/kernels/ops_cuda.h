@@ -132,6 +132,16 @@ void fsdp_cuda_causal_softmax_dropout_backward(void *dscores, void *dropped, con
                                                int B, int Hq, int T, float scale, const fsdp_dropout *drop,
                                                fsdp_dtype act, cudaStream_t s);
 
+/* ---- generation over a KV cache (src/kernels/cuda/attention_decode.cu) ---- */
+/* What cpu_kv_cache_append and cpu_attention_decode compute (caches [Hkv, cap, D]; query row n at
+ * position pos0 + n attends to cache positions 0 .. pos0 + n). Split over the keys as
+ * cuda_scratch.h says; `scratch` holds fsdp_cuda_decode_scratch(N, pos0 + N, Hq, D) bytes (NULL
+ * when that is 0). 1 <= D <= 256. */
+void fsdp_cuda_kv_cache_append(void *k_cache, void *v_cache, const void *qkv, int N, int pos0, int cap, int Hq,
+                               int Hkv, int D, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_attention_decode(void *out, const void *qkv, const void *k_cache, const void *v_cache, int N, int pos0,
+                                int cap, int Hq, int Hkv, int D, fsdp_dtype act, float *scratch, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../base/error.h"
+#include "unit_params.h"
 
 /* Saved activations of one transformer layer (pointers into the arena). */
 typedef struct {
@@ -237,41 +238,16 @@ static const fsdp_dropout *dropout_at(const fsdp_model *m, fsdp_dropout *buf, fl
     return buf;
 }
 
-/* ---- parameter addressing inside a unit's flat buffer ---- */
+/* ---- parameter addressing inside a unit's flat buffer (unit_params.h, shared with kv_decode.c) ---- */
 
-/* Module `mod`'s weight (or bias) inside unit `unit`'s flat buffer at `base`, or NULL when the
- * model has no such tensor (a projection without bias, an RMSNorm's bias). */
 static void *param(const fsdp_model *m, int unit, fsdp_module mod, int bias, const void *base, size_t esize) {
-    const fsdp_unit_desc *u = &m->layout->units[unit];
-    int i = bias ? u->bias[mod] : u->weight[mod];
-    if (i < 0) return NULL;
-    return (char *)base + (size_t)m->layout->params[i].offset * esize;
+    return fsdp_unit_param(m->layout, unit, mod, bias, base, esize);
 }
 
-typedef struct {
-    void *wqkv, *wo, *w1, *w2;       /* w1: gate|up (SwiGLU) or fc1 (ReLU); w2: down or fc2 */
-    void *bqkv, *bo, *b1, *b2;       /* NULL where the projection has no bias */
-    void *ln1w, *ln1b, *ln2w, *ln2b; /* ln*b: LayerNorm only */
-} block_ptrs;
+typedef fsdp_block_params block_ptrs;
 
 static block_ptrs block_view(const fsdp_model *m, int layer, const void *base, size_t esize) {
-    int u = fsdp_unit_block(m->layout, layer);
-    /* q|k|v and gate|up are adjacent (layout.c), so the first of each is the fused tensor. */
-    fsdp_module first_fc = m->swiglu ? FSDP_MOD_GATE : FSDP_MOD_UP;
-    block_ptrs p;
-    p.wqkv = param(m, u, FSDP_MOD_Q, 0, base, esize);
-    p.wo = param(m, u, FSDP_MOD_O, 0, base, esize);
-    p.w1 = param(m, u, first_fc, 0, base, esize);
-    p.w2 = param(m, u, FSDP_MOD_DOWN, 0, base, esize);
-    p.bqkv = param(m, u, FSDP_MOD_Q, 1, base, esize);
-    p.bo = param(m, u, FSDP_MOD_O, 1, base, esize);
-    p.b1 = param(m, u, first_fc, 1, base, esize);
-    p.b2 = param(m, u, FSDP_MOD_DOWN, 1, base, esize);
-    p.ln1w = param(m, u, FSDP_MOD_NORM_ATTN, 0, base, esize);
-    p.ln1b = param(m, u, FSDP_MOD_NORM_ATTN, 1, base, esize);
-    p.ln2w = param(m, u, FSDP_MOD_NORM_MLP, 0, base, esize);
-    p.ln2b = param(m, u, FSDP_MOD_NORM_MLP, 1, base, esize);
-    return p;
+    return fsdp_block_view(m->layout, m->swiglu, layer, base, esize);
 }
 
 static void norm_forward(fsdp_model *m, void *out, float *mean, float *rstd, const void *inp, const void *w,

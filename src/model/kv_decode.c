@@ -1,0 +1,217 @@
+/* Generation's forward with a KV cache (kv_decode.h), over the backend's ops and the block views
+ * that the training forward uses (unit_params.h). */
+#include "kv_decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/error.h"
+#include "model.h"
+#include "unit_params.h"
+
+struct fsdp_kv_decoder {
+    fsdp_backend *be;
+    fsdp_model_config cfg;
+    const fsdp_layout *layout;
+    fsdp_kv_shape shape;
+    int C, F, Hq, Hkv, D, QKV, Q, V, L;
+    int rms, swiglu, rope, pos_offset;
+    size_t ae;
+    int length;
+
+    void *arena;
+    int32_t *tokens;
+    float *cos_sin;        /* [capacity, D] (RoPE) */
+    void *cache;           /* per layer: k [Hkv, cap, D] then v [Hkv, cap, D] */
+    void *x, *ln, *qkv, *att, *fc, *fc_act; /* [max_tokens, ...] */
+    float *mean, *rstd, *lse;
+    void *logits;          /* [rows, V] act dtype */
+    float *logits32;       /* its fp32 copy when act is bf16 (else == logits) */
+};
+
+/* ---- the arena: one walk sizes it and carves it ---- */
+
+typedef struct {
+    char *base; /* NULL while measuring */
+    size_t used;
+} carver;
+
+static void *carve(carver *c, size_t bytes) {
+    size_t off = (c->used + 255) & ~(size_t)255;
+    c->used = off + bytes;
+    return c->base ? c->base + off : NULL;
+}
+
+size_t fsdp_kv_cache_bytes(const fsdp_model_config *cfg, int capacity, size_t ae) {
+    return 2 * (size_t)cfg->num_layers * cfg->num_kv_heads * (size_t)capacity * cfg->head_dim * ae;
+}
+
+static void plan(carver *c, const fsdp_model_config *cfg, const fsdp_kv_shape *s, size_t ae, fsdp_kv_decoder *d) {
+    size_t T = (size_t)s->max_tokens, C = (size_t)cfg->hidden_size, F = (size_t)cfg->intermediate_size;
+    size_t D = (size_t)cfg->head_dim, Hq = (size_t)cfg->num_heads, Hkv = (size_t)cfg->num_kv_heads;
+    size_t V = (size_t)cfg->vocab_size, rows = s->all_logits ? T : 1;
+    int swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU, rope = cfg->family->pos == FSDP_POS_ROPE;
+    int32_t *tokens = carve(c, T * sizeof(int32_t));
+    float *cos_sin = rope ? carve(c, (size_t)s->capacity * D * sizeof(float)) : NULL;
+    void *cache = carve(c, fsdp_kv_cache_bytes(cfg, s->capacity, ae));
+    void *x = carve(c, T * C * ae), *ln = carve(c, T * C * ae);
+    float *mean = carve(c, T * sizeof(float)), *rstd = carve(c, T * sizeof(float));
+    void *qkv = carve(c, T * (Hq + 2 * Hkv) * D * ae), *att = carve(c, T * Hq * D * ae);
+    float *lse = carve(c, T * Hq * sizeof(float));
+    void *fc = carve(c, T * (swiglu ? 2 * F : F) * ae);
+    void *fc_act = swiglu ? carve(c, T * F * ae) : fc;
+    void *logits = carve(c, rows * V * ae);
+    float *logits32 = ae == sizeof(float) ? logits : carve(c, rows * V * sizeof(float));
+    if (d) {
+        d->tokens = tokens, d->cos_sin = cos_sin, d->cache = cache, d->x = x, d->ln = ln, d->mean = mean;
+        d->rstd = rstd, d->qkv = qkv, d->att = att, d->lse = lse, d->fc = fc, d->fc_act = fc_act;
+        d->logits = logits, d->logits32 = logits32;
+    }
+}
+
+size_t fsdp_kv_decoder_bytes(const fsdp_model_config *cfg, const fsdp_kv_shape *shape, size_t act_esize) {
+    carver c = {NULL, 0};
+    plan(&c, cfg, shape, act_esize, NULL);
+    return c.used;
+}
+
+/* ---- creation ---- */
+
+fsdp_kv_decoder *fsdp_kv_decoder_create(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_layout *layout,
+                                        const fsdp_kv_shape *shape, fsdp_err *err) {
+    if (shape->capacity <= 0 || shape->max_tokens <= 0 || shape->max_tokens > shape->capacity) {
+        fsdp_errf(err, "the KV cache needs a positive capacity (%d) of at least the tokens of one forward (%d)",
+                  shape->capacity, shape->max_tokens);
+        return NULL;
+    }
+    if (cfg->family->pos == FSDP_POS_LEARNED && shape->capacity > cfg->max_position_embeddings) {
+        fsdp_usagef(err, "the prompt and the new tokens (%d positions) exceed the model's max_position_embeddings %d "
+                    "(%s has learned positions)", shape->capacity, cfg->max_position_embeddings,
+                    cfg->family->model_type);
+        return NULL;
+    }
+    fsdp_kv_decoder *d = fsdp_xcalloc(1, sizeof *d, "the KV decoder");
+    d->be = be;
+    d->cfg = *cfg;
+    d->layout = layout;
+    d->shape = *shape;
+    d->C = cfg->hidden_size, d->F = cfg->intermediate_size, d->Hq = cfg->num_heads, d->Hkv = cfg->num_kv_heads;
+    d->D = cfg->head_dim, d->Q = d->Hq * d->D, d->QKV = (d->Hq + 2 * d->Hkv) * d->D, d->V = cfg->vocab_size;
+    d->L = cfg->num_layers;
+    d->rms = cfg->family->norm == FSDP_NORM_RMS;
+    d->swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU;
+    d->rope = cfg->family->pos == FSDP_POS_ROPE;
+    d->pos_offset = cfg->family->pos_offset;
+    d->ae = be->dtype_size(be, be->act_dtype);
+
+    carver c = {NULL, 0};
+    plan(&c, cfg, shape, d->ae, NULL);
+    d->arena = be->alloc(be, c.used, "the KV cache and generation activations");
+    if (!d->arena) { /* a deferred out-of-memory (backend.h) */
+        fsdp_errf(err, "out of device memory for the KV cache and activations (%.2f GiB)",
+                  (double)c.used / (1 << 30));
+        free(d);
+        return NULL;
+    }
+    c.base = d->arena;
+    c.used = 0;
+    plan(&c, cfg, shape, d->ae, d);
+    /* The attention's split scratch for the longest row, now rather than while tokens stream. */
+    be->reserve_scratch(be, fsdp_device_decode_scratch(be->kind, d->Hq, d->D, shape->capacity));
+    if (d->rope) {
+        size_t bytes = (size_t)shape->capacity * d->D * sizeof(float);
+        float *table = fsdp_xmalloc(bytes, "the rotary table");
+        fsdp_model_rope_table(cfg, shape->capacity, table);
+        be->copy_h2d(be, d->cos_sin, table, bytes, be->compute);
+        be->stream_synchronize(be, be->compute);
+        free(table);
+    }
+    return d;
+}
+
+void fsdp_kv_decoder_destroy(fsdp_kv_decoder *d) {
+    if (!d) return;
+    d->be->free(d->be, d->arena);
+    free(d);
+}
+
+int fsdp_kv_decoder_length(const fsdp_kv_decoder *d) { return d->length; }
+void fsdp_kv_decoder_reset(fsdp_kv_decoder *d) { d->length = 0; }
+
+/* ---- forward ---- */
+
+static void norm(fsdp_kv_decoder *d, void *out, const void *inp, const void *w, const void *b, int n) {
+    fsdp_backend *be = d->be;
+    if (d->rms)
+        be->rmsnorm_forward(be, out, d->rstd, inp, w, n, d->C, d->cfg.norm_eps);
+    else
+        be->layernorm_forward(be, out, d->mean, d->rstd, inp, w, b, n, d->C, d->cfg.norm_eps);
+}
+
+static void *layer_cache(fsdp_kv_decoder *d, int layer, int v) {
+    size_t one = (size_t)d->Hkv * d->shape.capacity * d->D * d->ae;
+    return (char *)d->cache + (2 * (size_t)layer + (size_t)v) * one;
+}
+
+static void block(fsdp_kv_decoder *d, int layer, const void *params, int n) {
+    fsdp_backend *be = d->be;
+    fsdp_block_params w = fsdp_block_view(d->layout, d->swiglu, layer, params, d->ae);
+    const int pos0 = d->length, cap = d->shape.capacity;
+    void *kc = layer_cache(d, layer, 0), *vc = layer_cache(d, layer, 1);
+
+    norm(d, d->ln, d->x, w.ln1w, w.ln1b, n);
+    be->matmul_forward(be, d->qkv, d->ln, w.wqkv, w.bqkv, NULL, n, d->C, d->QKV, 0);
+    if (d->rope) be->rope_forward(be, d->qkv, d->cos_sin + (size_t)pos0 * d->D, 1, n, d->Hq, d->Hkv, d->D);
+    be->kv_cache_append(be, kc, vc, d->qkv, n, pos0, cap, d->Hq, d->Hkv, d->D);
+    if (pos0 == 0 && n > 1) /* the prefill: causal attention over the tokens themselves */
+        be->attention_forward(be, FSDP_ATTN_FLASH, d->att, d->lse, NULL, d->qkv, 1, n, d->Hq, d->Hkv, d->D, NULL);
+    else
+        be->attention_decode(be, d->att, d->qkv, kc, vc, n, pos0, cap, d->Hq, d->Hkv, d->D);
+    be->matmul_forward(be, d->x, d->att, w.wo, w.bo, d->x, n, d->Q, d->C, 0);
+
+    norm(d, d->ln, d->x, w.ln2w, w.ln2b, n);
+    if (d->swiglu) {
+        be->matmul_forward(be, d->fc, d->ln, w.w1, w.b1, NULL, n, d->C, 2 * d->F, 0);
+        be->swiglu_forward(be, d->fc_act, d->fc, n, d->F);
+    } else {
+        be->matmul_forward(be, d->fc, d->ln, w.w1, w.b1, NULL, n, d->C, d->F, 1);
+    }
+    be->matmul_forward(be, d->x, d->fc_act, w.w2, w.b2, d->x, n, d->F, d->C, 0);
+}
+
+int fsdp_kv_decoder_forward(fsdp_kv_decoder *d, const void *const *units, const int32_t *tokens, int n, int all,
+                            float *logits, fsdp_err *err) {
+    fsdp_backend *be = d->be;
+    if (all && !d->shape.all_logits) return fsdp_errf(err, "the decoder was made for the last token's logits only");
+    if (n <= 0 || n > d->shape.max_tokens)
+        return fsdp_errf(err, "%d tokens in one forward (the decoder takes 1 to %d)", n, d->shape.max_tokens);
+    if (d->length + n > d->shape.capacity)
+        return fsdp_errf(err, "position %d is past the KV cache's capacity of %d", d->length + n - 1,
+                         d->shape.capacity);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= d->V)
+            return fsdp_errf(err, "token id %d is outside the model's vocabulary of %d", (int)tokens[i], d->V);
+
+    const fsdp_layout *l = d->layout;
+    const void *embed = units[fsdp_unit_embed(l)], *head = units[fsdp_unit_head(l)];
+    be->copy_h2d(be, d->tokens, tokens, (size_t)n * sizeof(int32_t), be->compute);
+    const void *wte = fsdp_unit_param(l, fsdp_unit_embed(l), FSDP_MOD_EMBED_TOKENS, 0, embed, d->ae);
+    const void *wpe = fsdp_unit_param(l, fsdp_unit_embed(l), FSDP_MOD_EMBED_POSITIONS, 0, embed, d->ae);
+    be->embedding_forward(be, d->x, d->tokens, wte, wpe, d->pos_offset + d->length, n, n, d->C);
+    for (int i = 0; i < d->L; i++) block(d, i, units[fsdp_unit_block(l, i)], n);
+
+    int rows = all ? n : 1, first = all ? 0 : n - 1;
+    int hu = fsdp_unit_head(l);
+    const void *normw = fsdp_unit_param(l, hu, FSDP_MOD_NORM_FINAL, 0, head, d->ae);
+    const void *normb = fsdp_unit_param(l, hu, FSDP_MOD_NORM_FINAL, 1, head, d->ae);
+    const void *w_head = d->cfg.tie_word_embeddings ? wte
+                                                    : fsdp_unit_param(l, hu, FSDP_MOD_LM_HEAD, 0, head, d->ae);
+    norm(d, d->ln, (const char *)d->x + (size_t)first * d->C * d->ae, normw, normb, rows);
+    be->matmul_forward(be, d->logits, d->ln, w_head, NULL, NULL, rows, d->C, d->V, 0);
+    size_t count = (size_t)rows * d->V;
+    if ((void *)d->logits32 != d->logits) be->cast(be, d->logits32, FSDP_F32, d->logits, be->act_dtype, count, be->compute);
+    be->copy_d2h(be, logits, d->logits32, count * sizeof(float), be->compute);
+    be->stream_synchronize(be, be->compute);
+    d->length += n;
+    return 0;
+}
