@@ -19,6 +19,7 @@ static const command COMMANDS[] = {
     {"prepare", fsdp_cmd_prepare, "tokenize text, JSON Lines or Alpaca data into token files for training"},
     {"plan", fsdp_cmd_plan, "the memory a training configuration reserves per GPU, and the largest micro-batch that fits"},
     {"export", fsdp_cmd_export, "write a checkpoint as a Hugging Face model directory (safetensors) for transformers"},
+    {"eval", fsdp_cmd_eval, "validation loss and perplexity of a model or checkpoint over a token file"},
 };
 
 static void usage(FILE *out) {

@@ -14,5 +14,6 @@ int fsdp_cmd_plan(int argc, char **argv);
 /* --mbs N|auto of `command`: *mbs = N and *is_auto = 0, or *is_auto = 1 (train_cmd.c). */
 int fsdp_cli_parse_mbs(const char *command, const char *text, int *mbs, int *is_auto, fsdp_err *err);
 int fsdp_cmd_export(int argc, char **argv);
+int fsdp_cmd_eval(int argc, char **argv);
 
 #endif
