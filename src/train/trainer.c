@@ -427,8 +427,9 @@ static void describe_run(fsdp_trainer *t) {
         fsdp_log("epochs: %g of %llu samples = %d steps\n", o->epochs, (unsigned long long)t->data.samples, o->steps);
     if (o->eval_data) {
         fsdp_data_describe(&t->eval_data, data, sizeof data);
-        fsdp_log("evaluation: %s, %s\n", data,
-                 o->eval_every > 0 ? "every --eval-every steps and at the end" : "at the end of the run");
+        char when[64] = "at the end of the run";
+        if (o->eval_every > 0) snprintf(when, sizeof when, "every %d steps and at the end", o->eval_every);
+        fsdp_log("evaluation: %s, %s\n", data, when);
     }
     char plan[512];
     fsdp_memory_plan_line(&t->plan, plan, sizeof plan);
