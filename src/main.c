@@ -21,6 +21,7 @@ static const command COMMANDS[] = {
     {"export", fsdp_cmd_export, "write a checkpoint as a Hugging Face model directory (safetensors) for transformers"},
     {"verify", fsdp_cmd_verify, "check checkpoints completely (checksums, attributes) and say what they hold"},
     {"generate", fsdp_cmd_generate, "continue a prompt with a model, streaming the text (KV cache, CPU or one GPU)"},
+    {"eval", fsdp_cmd_eval, "validation loss and perplexity of a model or checkpoint over a token file"},
 };
 
 static void usage(FILE *out) {

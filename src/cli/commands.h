@@ -18,5 +18,6 @@ int fsdp_cli_parse_dropout(const char *command, const char *text, int *set, doub
 int fsdp_cmd_export(int argc, char **argv);
 int fsdp_cmd_verify(int argc, char **argv);
 int fsdp_cmd_generate(int argc, char **argv);
+int fsdp_cmd_eval(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@ static const char *const ATTN[] = {"eager", "flash", NULL};
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GATHER_ENGINES[] = {"sm", "copy", NULL};
+static const char *const PACKINGS[] = {"auto", "stream", "pad", NULL};
 
 int fsdp_cli_parse_mbs(const char *command, const char *text, int *mbs, int *is_auto, fsdp_err *err) {
     *is_auto = !strcmp(text, "auto");
@@ -55,7 +56,9 @@ int fsdp_cmd_train(int argc, char **argv) {
     fsdp_err err = {0};
     const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
     const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
-    const char *gather_engine = "sm", *reduce_engine = "sm";
+    const char *gather_engine = "sm", *reduce_engine = "sm", *packing = "auto", *eval_data = NULL;
+    int eval_every = 0;
+    double epochs = 0.0;
     const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL, *mbs_text = "4", *init_from = NULL;
     const char *dropout = NULL;
     int ranks_per_node = 0, prefetch = 1, max_live = 2, mbs = 4, seq = 1024, grad_accum = 1, steps = 20;
@@ -101,6 +104,9 @@ int fsdp_cmd_train(int argc, char **argv) {
          "(on a GPU counting everything in use on it, emulating a smaller GPU).", 0, 1e6, NULL, 0},
         {"steps", FSDP_ARG_INT, &steps, "N", "Optimizer steps to train to (a resumed run continues to this step).", 0,
          1 << 30, NULL, 0},
+        {"epochs", FSDP_ARG_FLOAT, &epochs, "E",
+         "Instead of --steps: passes over the token file; the steps are ceil(E x samples of an epoch / global batch) "
+         "(the last step may take the next epoch's first samples).", 0, 1e9, NULL, 0},
         {"lr", FSDP_ARG_FLOAT, &lr, "X", "Peak learning rate.", 0, 10, NULL, 0},
         {"min-lr", FSDP_ARG_FLOAT, &min_lr, "X", "Learning rate at the end of the cosine decay.", 0, 10, NULL, 0},
         {"warmup", FSDP_ARG_INT, &warmup, "N", "Steps of linear warm-up from 0 before the cosine decay.", 0, 1 << 30,
@@ -136,6 +142,16 @@ int fsdp_cmd_train(int argc, char **argv) {
          0},
         {"synthetic-vocab", FSDP_ARG_INT, &synthetic_vocab, "N", "Synthetic tokens are uniform in [0, N).", 1,
          1 << 30, NULL, 0},
+        {"packing", FSDP_ARG_CHOICE, &packing, "P",
+         "How a token file's documents become samples: stream joins them with EOS and cuts windows of --seq + 1 "
+         "tokens (pre-training); pad gives each example its own sample, truncated and padded, the loss only on "
+         "unmasked tokens (instruction tuning); auto = pad for a file with a loss mask (prepare --format alpaca), "
+         "else stream.", 1, 0, PACKINGS, 0},
+        {"eval-data", FSDP_ARG_STRING, &eval_data, "FILE",
+         "Validation token file: loss and perplexity over all of it (forward only, split across ranks) every "
+         "--eval-every steps and at the end of the run, in the progress line and the metrics.", 1, 0, NULL, 0},
+        {"eval-every", FSDP_ARG_INT, &eval_every, "N", "Evaluate every N steps (0 = only at the end).", 0, 1 << 30,
+         NULL, 0},
         {"ckpt-dir", FSDP_ARG_STRING, &ckpt_dir, "DIR",
          "Write checkpoints (step-NNNNNNNN.h5 and a 'latest' pointer) here; the last step is always saved.", 1, 0,
          NULL, 0},
@@ -202,6 +218,14 @@ int fsdp_cmd_train(int argc, char **argv) {
         fsdp_usagef(&err, "train: --resume auto needs --ckpt-dir");
         fsdp_exit_error(&err, 0);
     }
+    if (epochs > 0 && fsdp_args_find(&spec, "steps")->seen) {
+        fsdp_usagef(&err, "train: give --epochs or --steps, not both");
+        fsdp_exit_error(&err, 0);
+    }
+    if (eval_every && !eval_data) {
+        fsdp_usagef(&err, "train: --eval-every needs --eval-data FILE");
+        fsdp_exit_error(&err, 0);
+    }
     if ((ckpt_every || keep || overwrite) && !ckpt_dir) {
         fsdp_usagef(&err, "train: --ckpt-every, --keep and --overwrite need --ckpt-dir");
         fsdp_exit_error(&err, 0);
@@ -257,6 +281,10 @@ int fsdp_cmd_train(int argc, char **argv) {
     }
     o.data = data;
     o.synthetic_vocab = synthetic_vocab;
+    o.packing = !strcmp(packing, "stream") ? FSDP_PACK_STREAM : !strcmp(packing, "pad") ? FSDP_PACK_PAD : FSDP_PACK_AUTO;
+    o.epochs = epochs;
+    o.eval_data = eval_data;
+    o.eval_every = eval_every;
     o.ckpt_dir = ckpt_dir, o.ckpt_every = ckpt_every, o.keep = keep, o.resume = resume;
     o.metrics = metrics, o.log_every = log_every;
     json_t *run_record = fsdp_json_from_args(&spec);

@@ -393,6 +393,20 @@ static int hash_chunk(const char *buffer, size_t size, void *data) {
     return 0;
 }
 
+/* FNV-1a 64 of the canonical JSON (keys sorted, compact, reals with 17 digits). */
+static int canonical_hash(const json_t *root, uint64_t *hash) {
+    *hash = 0xcbf29ce484222325ULL;
+    return json_dump_callback(root, hash_chunk, hash, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17));
+}
+
+int fsdp_tokenizer_json_hash(const char *path, uint64_t *hash, fsdp_err *err) {
+    json_t *root = fsdp_json_load_path(path, err);
+    if (!root) return -1;
+    int rc = canonical_hash(root, hash);
+    json_decref(root);
+    return rc ? fsdp_errf(err, "%s: cannot compute the tokenizer's hash", path) : 0;
+}
+
 static int read_spec(const ctx *c, const json_t *root, fsdp_tokenizer_spec *spec) {
     if (!json_is_object(root)) return fsdp_errf(c->err, "%s: not a tokenizer.json (the top level is not an object)", c->file);
     static const char *const refused_if_set[] = {"truncation", "padding"};
@@ -412,8 +426,7 @@ static int read_spec(const ctx *c, const json_t *root, fsdp_tokenizer_spec *spec
     if (post && !json_is_null(post) && add_post(c, post, "post_processor", spec)) return -1;
     spec->has_decoder = d && !json_is_null(d);
     if (spec->has_decoder && add_decoder(c, d, "decoder", spec)) return -1;
-    spec->hash = 0xcbf29ce484222325ULL;
-    if (json_dump_callback(root, hash_chunk, &spec->hash, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17)))
+    if (canonical_hash(root, &spec->hash))
         return fsdp_errf(c->err, "%s: cannot compute the tokenizer's hash", c->file);
     return 0;
 }

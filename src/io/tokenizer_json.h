@@ -114,5 +114,8 @@ typedef struct {
 /* Reads and checks `path`; on failure err names the file and the field. */
 int fsdp_tokenizer_spec_load(const char *path, fsdp_tokenizer_spec *spec, fsdp_err *err);
 void fsdp_tokenizer_spec_free(fsdp_tokenizer_spec *spec);
+/* The identity `hash` of the spec (what token files record) of any tokenizer.json, whether or not
+ * fsdp.c can tokenize with it: a model directory's tokenizer, checked against a token file. */
+int fsdp_tokenizer_json_hash(const char *path, uint64_t *hash, fsdp_err *err);
 
 #endif

@@ -347,8 +347,10 @@ void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
 
 /* ---- head: final norm, chunked LM head + cross-entropy, and their backward ---- */
 
-void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, const void *embed_params,
-                     void *embed_grads, float grad_scale, float *loss_sum) {
+/* The head's forward, and with `backward` its backward: one walk over the chunks, so that the loss
+ * of evaluation is the loss of training. Forward-only passes NULL gradient buffers. */
+static void head_pass(fsdp_model *m, const void *head_params, void *head_grads, const void *embed_params,
+                      void *embed_grads, float grad_scale, float *loss_sum, int backward) {
     fsdp_backend *be = m->be;
     int hu = fsdp_unit_head(m->layout), eu = fsdp_unit_embed(m->layout);
     const void *w_head;
@@ -379,10 +381,13 @@ void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, c
         const char *h = (const char *)m->lnf + (size_t)r0 * m->C * m->ae;
         char *dh = (char *)m->dln + (size_t)r0 * m->C * m->ae;
         be->matmul_forward(be, m->logits, h, w_head, NULL, NULL, rows, m->C, m->V, 0);
+        /* Forward-only still gets the (unused) logit gradient: the op is fused, and cheap next to the
+         * product. */
         be->cross_entropy(be, m->losses + r0, m->logits, m->targets + r0, rows, m->V, grad_scale);
-        be->matmul_backward(be, dh, dw_head, NULL, m->logits, h, w_head, rows, m->C, m->V);
+        if (backward) be->matmul_backward(be, dh, dw_head, NULL, m->logits, h, w_head, rows, m->C, m->V);
     }
     be->sum(be, loss_sum, m->losses, (size_t)m->N, be->compute);
+    if (!backward) return;
     /* The norm's backward adds into the residual gradient, which starts here. */
     be->zero(be, m->dres, (size_t)m->N * m->C * m->ae, be->compute);
     if (drop) /* and the last layer's MLP output gets its dropped share, in dbranch */
@@ -390,6 +395,15 @@ void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, c
                               m->lnf_rstd, drop);
     else
         norm_backward(m, m->dres, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean, m->lnf_rstd);
+}
+
+void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, const void *embed_params,
+                     void *embed_grads, float grad_scale, float *loss_sum) {
+    head_pass(m, head_params, head_grads, embed_params, embed_grads, grad_scale, loss_sum, 1);
+}
+
+void fsdp_model_head_loss(fsdp_model *m, const void *head_params, const void *embed_params, float *loss_sum) {
+    head_pass(m, head_params, NULL, embed_params, NULL, 0.0f, loss_sum, 0);
 }
 
 /* ---- backward ---- */

@@ -8,6 +8,8 @@
  *   embed_forward, block_forward(0 .. L-1), head (forward AND backward: the loss is fused with the
  *   LM head in chunks of tokens, so full logits never exist), block_backward(L-1 .. 0), embed_backward.
  *
+ * or, forward only (evaluation): embed_forward, block_forward(0 .. L-1), head_loss.
+ *
  * Dropout (training only): the shape's rates say what a training micro-batch drops, and
  * fsdp_model_set_dropout turns it on or off per micro-batch. With every rate 0 the model carves no
  * dropout buffers and runs exactly the dropout-free ops. With a residual rate (OPT's `dropout`) a
@@ -66,6 +68,9 @@ void fsdp_model_block_forward(fsdp_model *m, int layer, const void *block_params
  * the EMBED unit's token embedding, read from embed_params and accumulated into embed_grads. */
 void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, const void *embed_params,
                      void *embed_grads, float grad_scale, float *loss_sum);
+/* The same head forward-only (evaluation): adds the summed loss of the counted tokens into
+ * *loss_sum and computes no gradient; call it after block_forward(L-1) with no backward after it. */
+void fsdp_model_head_loss(fsdp_model *m, const void *head_params, const void *embed_params, float *loss_sum);
 void fsdp_model_block_backward(fsdp_model *m, int layer, const void *block_params, void *block_grads);
 void fsdp_model_embed_backward(fsdp_model *m, const void *embed_params, void *embed_grads);
 /* The same gradient as rows, for a caller that reduces it without a dense buffer: after

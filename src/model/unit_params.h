@@ -17,7 +17,7 @@ static inline void *fsdp_unit_param(const fsdp_layout *l, int unit, fsdp_module 
                                     size_t esize) {
     const fsdp_unit_desc *u = &l->units[unit];
     int i = bias ? u->bias[mod] : u->weight[mod];
-    if (i < 0) return NULL;
+    if (i < 0 || !base) return NULL; /* !base: no gradient buffer (forward only) */
     return (char *)base + (size_t)l->params[i].offset * esize;
 }
 

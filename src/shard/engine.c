@@ -31,6 +31,10 @@ struct fsdp_engine {
     fsdp_backend *be;
     fsdp_shard_options opts;
     int *order, *pinned;
+    int *forward_order, forward_len;
+    const int *active;  /* the order of the current micro-batch: order, or forward_order */
+    int active_len;
+    int forward_mode;   /* the current micro-batch is forward-only */
     int num_units, cursor;
     unit_state *units;
 
@@ -271,6 +275,10 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     e->num_units = num_units;
     e->order = fsdp_xmalloc((size_t)opts->order_len * sizeof(int), "the unit order");
     memcpy(e->order, opts->order, (size_t)opts->order_len * sizeof(int));
+    e->forward_len = opts->forward_order_len;
+    e->forward_order = fsdp_xmalloc((size_t)(e->forward_len > 0 ? e->forward_len : 1) * sizeof(int), "the unit order");
+    if (e->forward_len > 0) memcpy(e->forward_order, opts->forward_order, (size_t)e->forward_len * sizeof(int));
+    e->active = e->order, e->active_len = opts->order_len;
     e->pinned = fsdp_xcalloc((size_t)num_units, sizeof(int), "pinned units");
     if (opts->pinned) memcpy(e->pinned, opts->pinned, (size_t)num_units * sizeof(int));
     e->me = be->dtype_size(be, opts->master_dtype);
@@ -302,15 +310,18 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     if (S > 1) {
         e->gather_comm = be->comm_create(be, e->shard_mpi, "gather",
                                          opts->copy_engine_gathers ? FSDP_COMM_COPY_ENGINES : 0);
-        e->reduce_comm = be->comm_create(be, e->shard_mpi, "reduce-scatter",
-                                         opts->copy_engine_reductions ? FSDP_COMM_COPY_ENGINES : 0);
-        e->norm_comm = be->comm_create(be, e->shard_mpi, "gradient norm", 0);
+        if (!opts->forward_only) {
+            e->reduce_comm = be->comm_create(be, e->shard_mpi, "reduce-scatter",
+                                             opts->copy_engine_reductions ? FSDP_COMM_COPY_ENGINES : 0);
+            e->norm_comm = be->comm_create(be, e->shard_mpi, "gradient norm", 0);
+        }
     }
-    if (e->replica_size > 1) e->replica_comm = be->comm_create(be, e->replica_mpi, "replica all-reduce", 0);
+    if (e->replica_size > 1 && !opts->forward_only)
+        e->replica_comm = be->comm_create(be, e->replica_mpi, "replica all-reduce", 0);
     FSDP_CHECK_MPI(MPI_Comm_size(world, &e->world_size));
     /* Gradient rows are gathered over the whole world on the reduce stream: reuse the communicator
      * that already spans it there, or make one (HYBRID, whose groups are both smaller). */
-    if (e->world_size > 1) {
+    if (e->world_size > 1 && !opts->forward_only) {
         if (S == e->world_size)
             e->rows_comm = e->reduce_comm;
         else if (e->replica_size == e->world_size)
@@ -325,10 +336,13 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     int aliased = opts->compute_dtype == opts->master_dtype;
     e->master = aliased ? be->alloc_shared(be, e->gather_comm, shard_bytes, "master weights")
                         : be->alloc(be, shard_bytes, "master weights");
-    e->grad = be->alloc(be, shard_bytes, "gradient shards");
-    e->m = be->alloc(be, shard_bytes, "Adam first moments");
-    e->v = be->alloc(be, shard_bytes, "Adam second moments");
-    e->bytes += 4 * shard_bytes;
+    e->bytes += shard_bytes;
+    if (!opts->forward_only) {
+        e->grad = be->alloc(be, shard_bytes, "gradient shards");
+        e->m = be->alloc(be, shard_bytes, "Adam first moments");
+        e->v = be->alloc(be, shard_bytes, "Adam second moments");
+        e->bytes += 3 * shard_bytes;
+    }
     if (aliased) {
         e->working = e->master;
     } else {
@@ -347,8 +361,8 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     e->direct_grads = S == 1 && e->replica_size == 1 && opts->reduce_dtype == opts->master_dtype;
     e->written = fsdp_xcalloc((size_t)num_units, 1, "gradient shard flags");
     e->step_begun = be->event_create(be, 0);
-    e->num_grad_rings = e->direct_grads ? 0 : build_rings(e, &e->grad_rings, which, 0);
-    for (int u = 0; u < num_units; u++) e->units[u].grad_ring = e->direct_grads ? -1 : which[u];
+    e->num_grad_rings = e->direct_grads || opts->forward_only ? 0 : build_rings(e, &e->grad_rings, which, 0);
+    for (int u = 0; u < num_units; u++) e->units[u].grad_ring = e->num_grad_rings ? which[u] : -1;
     int grad_slots = 0;
     for (int r = 0; r < e->num_grad_rings; r++) {
         ring_alloc(e, &e->grad_rings[r], e->re, opts->copy_engine_reductions ? e->reduce_comm : NULL,
@@ -359,8 +373,9 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     e->grad_ready = fsdp_xcalloc((size_t)grad_slots, sizeof *e->grad_ready, "gradient events");
     for (int i = 0; i < grad_slots; i++) e->grad_ready[i] = be->event_create(be, 0);
     /* What the first step would otherwise size: nothing is allocated once training runs. */
-    if (e->world_size > 1 && opts->rows_capacity > 0) reserve_rows(e, opts->rows_capacity, opts->row_len);
-    if (S > 1 && opts->copy_engine_reductions) {
+    if (e->world_size > 1 && opts->rows_capacity > 0 && !opts->forward_only)
+        reserve_rows(e, opts->rows_capacity, opts->row_len);
+    if (S > 1 && opts->copy_engine_reductions && !opts->forward_only) {
         int64_t largest = 0;
         for (int u = 0; u < num_units; u++) largest = e->units[u].padded > largest ? e->units[u].padded : largest;
         reserve_staging(e, largest);
@@ -436,6 +451,7 @@ void fsdp_engine_destroy(fsdp_engine *e) {
     free(e->wait_pairs);
     free(e->units);
     free(e->order);
+    free(e->forward_order);
     free(e->pinned);
     free(e);
 }
@@ -453,9 +469,9 @@ fsdp_shard_view fsdp_engine_view(const fsdp_engine *e, int unit) {
     fsdp_shard_view v;
     size_t off = (size_t)s->offset;
     v.master = (char *)e->master + off * e->me;
-    v.grad = (char *)e->grad + off * e->me;
-    v.m = (char *)e->m + off * e->me;
-    v.v = (char *)e->v + off * e->me;
+    v.grad = e->grad ? (char *)e->grad + off * e->me : NULL; /* NULL: a forward-only engine */
+    v.m = e->m ? (char *)e->m + off * e->me : NULL;
+    v.v = e->v ? (char *)e->v + off * e->me : NULL;
     v.working = (char *)e->working + off * e->ce;
     v.start = (int64_t)e->shard_rank * s->shard_len;
     v.len = s->shard_len;
@@ -489,8 +505,8 @@ static int start_gather(fsdp_engine *e, int u) {
 
 static void prefetch(fsdp_engine *e) {
     int ahead = 0;
-    for (int k = e->cursor; k < e->opts.order_len && ahead < e->opts.prefetch; k++) {
-        int u = e->order[k];
+    for (int k = e->cursor; k < e->active_len && ahead < e->opts.prefetch; k++) {
+        int u = e->active[k];
         ahead++;
         if (resident(e, u)) continue;
         if (!start_gather(e, u)) break; /* the ring is full: max_live bounds what is alive */
@@ -498,7 +514,9 @@ static void prefetch(fsdp_engine *e) {
 }
 
 void fsdp_engine_begin_microbatch(fsdp_engine *e) {
+    if (e->opts.forward_only) fsdp_fatal("internal error: a training micro-batch on a forward-only engine");
     e->cursor = 0;
+    e->active = e->order, e->active_len = e->opts.order_len, e->forward_mode = 0;
     /* The last micro-batch's gradient rows are still read on the reduce stream. */
     if (e->rows_pending) {
         e->be->stream_wait_event(e->be, e->be->compute, e->rows_done);
@@ -507,9 +525,16 @@ void fsdp_engine_begin_microbatch(fsdp_engine *e) {
     if (e->shard_size > 1) prefetch(e);
 }
 
+void fsdp_engine_begin_forward(fsdp_engine *e) {
+    e->cursor = 0;
+    e->active = e->forward_order, e->active_len = e->forward_len, e->forward_mode = 1;
+    if (e->shard_size > 1) prefetch(e);
+}
+
 const void *fsdp_engine_params(fsdp_engine *e, int u) {
-    if (e->cursor >= e->opts.order_len || e->order[e->cursor] != u)
-        fsdp_fatal("internal error: unit %d visited out of the declared order (position %d)", u, e->cursor);
+    if (e->cursor >= e->active_len || e->active[e->cursor] != u)
+        fsdp_fatal("internal error: unit %d visited out of the declared %s order (position %d)", u,
+                   e->forward_mode ? "forward-only" : "training", e->cursor);
     e->cursor++;
     unit_state *s = &e->units[u];
     if (e->shard_size == 1) return (const char *)e->working + (size_t)s->offset * e->ce;
@@ -536,7 +561,7 @@ static void release_params(fsdp_engine *e, int u) {
 
 void fsdp_engine_done_forward(fsdp_engine *e, int u) {
     int reshard = e->opts.strategy == FSDP_FULL || e->opts.strategy == FSDP_HYBRID;
-    if (reshard && !e->pinned[u]) release_params(e, u);
+    if (e->forward_mode || (reshard && !e->pinned[u])) release_params(e, u); /* forward-only: no backward */
     /* Gathers held back by a full ring can start now that a slot is free. */
     if (e->shard_size > 1) prefetch(e);
 }
@@ -559,6 +584,7 @@ static void *grad_shard_of(const fsdp_engine *e, const unit_state *s) {
 void *fsdp_engine_grads(fsdp_engine *e, int u) {
     fsdp_backend *be = e->be;
     unit_state *s = &e->units[u];
+    if (e->forward_mode) fsdp_fatal("internal error: gradients of unit %d asked for in a forward-only micro-batch", u);
     if (e->direct_grads) {
         if (!e->written[u]) be->zero(be, grad_shard_of(e, s), (size_t)s->shard_len * e->me, be->compute);
         e->written[u] = 1;

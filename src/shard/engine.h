@@ -25,7 +25,10 @@
  *
  * Ordering: gathers run on a gather stream, reductions on a reduce stream, each with its own
  * communicator; compute waits on events only. Calls must follow the visiting order given at
- * creation (one micro-batch), which is also what drives prefetching. */
+ * creation (one micro-batch), which is also what drives prefetching. A forward-only micro-batch
+ * (evaluation) follows a second order, also given at creation, and releases every unit after its
+ * forward; an engine made forward_only serves nothing else and holds no gradient or optimizer
+ * state (`fsdp eval`). */
 #ifndef FSDP_SHARD_ENGINE_H
 #define FSDP_SHARD_ENGINE_H
 
@@ -67,6 +70,11 @@ typedef struct {
     const int *order;      /* units as the trainer visits them for parameters in one micro-batch */
     int order_len;
     const int *pinned;     /* per unit: 1 = once gathered, keep until its backward is done */
+    const int *forward_order; /* units as a forward-only micro-batch visits them (evaluation) */
+    int forward_order_len;
+    /* 1: forward-only micro-batches only: no gradient shards, Adam states, gradient buffers or rows,
+     * and no communicators but the gathers' (fsdp eval). */
+    int forward_only;
     int copy_engine_gathers; /* 1: gathers on copy engines where the backend can (FSDP_COMM_COPY_ENGINES) */
     /* 1: reduce-scatters as an all-to-all on copy engines plus a local sum of the S pieces (the sum
      * is a short full-width kernel instead of NCCL kernels that hold SMs for the whole transfer). */
@@ -158,6 +166,14 @@ void fsdp_engine_done_backward(fsdp_engine *e, int unit);
  * row set (rows == NULL) needs count to be a multiple of its period. */
 void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int nsets, const void *values,
                           int count, int row_len);
+
+/* ---- one forward-only micro-batch (evaluation): call in opts.forward_order ---- */
+/* Starts a forward-only micro-batch: resets the cursor to the forward order and prefetches by it.
+ * Use fsdp_engine_params and fsdp_engine_done_forward as in training; here done_forward releases
+ * the unit's gathered parameters whatever the strategy or pinning (no backward follows), so a unit
+ * still read after the next ones (a tied embedding, which the head reads) gets its done_forward
+ * after that last use. The next fsdp_engine_begin_microbatch returns to the training order. */
+void fsdp_engine_begin_forward(fsdp_engine *e);
 
 /* ---- one optimizer step ---- */
 /* Starts a step's gradients: every unit's shard is overwritten by its first gradient of the step. */

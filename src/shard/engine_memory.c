@@ -74,9 +74,12 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
     }
     size_t shard_bytes = (size_t)out->total_shard * me;
     take(out, &out->master, kind, shard_bytes);
-    take(out, &out->grads, kind, shard_bytes);
-    take(out, &out->adam, kind, shard_bytes);
-    take(out, &out->adam, kind, shard_bytes);
+    int training = !opts->forward_only; /* a forward-only engine holds weights and gathered units only */
+    if (training) {
+        take(out, &out->grads, kind, shard_bytes);
+        take(out, &out->adam, kind, shard_bytes);
+        take(out, &out->adam, kind, shard_bytes);
+    }
     if (opts->compute_dtype != opts->master_dtype) take(out, &out->working, kind, (size_t)out->total_shard * ce);
 
     fsdp_ring_shape *rings = fsdp_xcalloc((size_t)num_units, sizeof *rings, "unit rings");
@@ -87,18 +90,21 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
         ring_bytes(out, &out->gathered, kind, rings, out->gathered_rings, ce, &out->gathered_slots);
     }
     int direct_grads = S == 1 && R == 1 && opts->reduce_dtype == opts->master_dtype;
-    if (!direct_grads) {
+    if (!direct_grads && training) {
         out->grad_rings = fsdp_plan_rings(padded, opts->pinned, num_units, opts->max_live, 0, rings, which);
         ring_bytes(out, &out->grad_buffers, kind, rings, out->grad_rings, re, &out->grad_slots);
     }
-    if (world > 1 && opts->rows_capacity > 0) {
+    if (world > 1 && opts->rows_capacity > 0 && training) {
         size_t n = (size_t)world * (size_t)opts->rows_capacity;
         take(out, &out->grad_rows, kind, n * (size_t)opts->row_len * ce);
         take(out, &out->grad_rows, kind, FSDP_MAX_ROW_SETS * n * sizeof(int32_t));
     }
-    if (S > 1 && opts->copy_engine_reductions) take(out, &out->staging, kind, (size_t)largest * re);
+    if (S > 1 && opts->copy_engine_reductions && training) take(out, &out->staging, kind, (size_t)largest * re);
 
-    out->communicators = (S > 1 ? 3 : 0) + (R > 1 ? 1 : 0) + (world > 1 && S != world && R != world ? 1 : 0);
+    if (training)
+        out->communicators = (S > 1 ? 3 : 0) + (R > 1 ? 1 : 0) + (world > 1 && S != world && R != world ? 1 : 0);
+    else
+        out->communicators = S > 1 ? 1 : 0; /* the gathers' */
     free(rings);
     free(which);
     free(padded);

@@ -1,47 +1,98 @@
-/* Synthetic and file-backed samples, deterministic in (seed, sample index). */
+/* Synthetic and file-backed samples, deterministic in (seed, sample index): data.h. */
 #include "data.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../base/rng.h"
+#include "../io/tokenizer_json.h"
+#include "data_stream.h"
 
 enum { STREAM_SYNTHETIC = 0x5a17, STREAM_EPOCH = 0xe90c };
 
-int fsdp_data_open(fsdp_data *d, const char *spec, int synthetic_vocab, int vocab_size, int seq, uint64_t seed,
-                   fsdp_err *err) {
+const char *fsdp_packing_name(fsdp_packing p) { return p == FSDP_PACK_PAD ? "pad" : "stream"; }
+
+static int open_file(fsdp_data *d, const fsdp_data_spec *s, fsdp_err *err) {
+    const fsdp_token_file *f = &d->file;
+    const char *path = s->path;
+    if (f->vocab_size > (uint64_t)s->vocab_size)
+        return fsdp_errf(err, "%s %s: the token file's vocabulary (%llu ids, from its tokenizer) does not fit the "
+                         "model's %d: it was made with another tokenizer than the model's", d->flag, path,
+                         (unsigned long long)f->vocab_size, s->vocab_size);
+    d->packing = s->packing != FSDP_PACK_AUTO ? s->packing : f->has_mask ? FSDP_PACK_PAD : FSDP_PACK_STREAM;
+    if (d->packing == FSDP_PACK_PAD && f->version == 1)
+        return fsdp_usagef(err, "%s %s: --packing pad needs documents, and a version 1 token file is one stream without "
+                           "them (write the file with fsdp prepare, or use --packing stream)", d->flag, path);
+    int32_t pad = s->pad_id >= 0 ? s->pad_id : s->eos_id >= 0 ? s->eos_id : 0;
+    if (pad >= s->vocab_size || s->eos_id >= s->vocab_size)
+        return fsdp_errf(err, "the model's pad or EOS id (%d, %d) is not below its vocabulary size %d", s->pad_id,
+                         s->eos_id, s->vocab_size);
+    d->pad_id = pad;
+    d->eos_id = -1;
+    if (d->packing == FSDP_PACK_STREAM && f->version == 2) {
+        if (s->eos_id < 0)
+            return fsdp_usagef(err, "%s %s: --packing stream joins the documents with EOS, and the model has no "
+                               "eos_token_id (give a config.json that sets it, or --packing pad)", d->flag, path);
+        d->eos_id = s->eos_id;
+    }
+    if (d->packing == FSDP_PACK_PAD) {
+        if (f->num_documents == 0) return fsdp_errf(err, "%s %s: the file holds no documents", d->flag, path);
+        d->samples = f->num_documents;
+    } else {
+        if (fsdp_stream_build(d, err)) return -1;
+        uint64_t T = (uint64_t)s->seq, predicted = d->stream_len > 0 ? d->stream_len - 1 : 0;
+        /* Training takes whole windows; evaluation predicts every token, the last window shorter. */
+        d->samples = s->eval ? (predicted + T - 1) / T : predicted / T;
+        if (d->samples == 0)
+            return fsdp_errf(err, "%s %s: %llu tokens are fewer than one sample of --seq %d + 1", d->flag, path,
+                             (unsigned long long)d->stream_len, s->seq);
+    }
+    d->tokens = fsdp_xmalloc(((size_t)s->seq + 1) * sizeof(int32_t), "a sample's tokens");
+    d->mask = fsdp_xmalloc((size_t)s->seq + 1, "a sample's mask");
+    return 0;
+}
+
+int fsdp_data_open(fsdp_data *d, const fsdp_data_spec *s, fsdp_err *err) {
     memset(d, 0, sizeof *d);
     d->file.fd = -1;
-    d->seed = seed;
-    d->seq = seq;
-    if (!spec || !strcmp(spec, "synthetic")) {
-        if (synthetic_vocab > vocab_size)
+    d->seed = s->seed;
+    d->seq = s->seq;
+    d->eval = s->eval;
+    snprintf(d->flag, sizeof d->flag, "%s", s->flag ? s->flag : "--data");
+    if (!s->path || !strcmp(s->path, "synthetic")) {
+        if (s->synthetic_vocab > s->vocab_size)
             return fsdp_usagef(err,
                                "--synthetic-vocab %d exceeds the model's vocabulary of %d tokens (pass "
                                "--synthetic-vocab %d or less)",
-                               synthetic_vocab, vocab_size, vocab_size);
+                               s->synthetic_vocab, s->vocab_size, s->vocab_size);
         d->synthetic = 1;
-        d->synthetic_vocab = synthetic_vocab;
+        d->synthetic_vocab = s->synthetic_vocab;
         return 0;
     }
-    if (fsdp_tokens_open(spec, &d->file, err)) return -1;
-    if (d->file.vocab_size > (uint64_t)vocab_size) {
-        fsdp_errf(err, "%s: the token file's vocabulary (%llu) is larger than the model's (%d)", spec,
-                  (unsigned long long)d->file.vocab_size, vocab_size);
-        fsdp_tokens_close(&d->file);
+    if (fsdp_tokens_open(s->path, &d->file, err)) {
+        /* The reader names the file; say which flag gave it. */
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return fsdp_errf(err, "%s %s", d->flag, msg);
+    }
+    if (open_file(d, s, err)) {
+        fsdp_data_close(d);
         return -1;
     }
-    if (d->file.count < (uint64_t)seq + 1) {
-        fsdp_errf(err, "%s: %llu tokens are fewer than one sample of --seq %d + 1", spec,
-                  (unsigned long long)d->file.count, seq);
-        fsdp_tokens_close(&d->file);
-        return -1;
-    }
-    d->windows = (d->file.count - 1) / (uint64_t)seq;
     return 0;
 }
 
 void fsdp_data_close(fsdp_data *d) {
-    if (!d->synthetic && d->file.fd >= 0) fsdp_tokens_close(&d->file);
+    /* A zeroed fsdp_data (never opened) has no path, and fd 0 is not its own. */
+    if (!d->synthetic && d->file.path[0] && d->file.fd >= 0) fsdp_tokens_close(&d->file);
+    fsdp_stream_free(d);
+    free(d->tokens);
+    free(d->mask);
+    d->tokens = NULL;
+    d->mask = NULL;
 }
 
 /* A bijection of [0, n) keyed by `key`: a 4-round Feistel network on the smallest even number of
@@ -64,7 +115,15 @@ static uint64_t permute(uint64_t x, uint64_t n, uint64_t key) {
     return x;
 }
 
-int fsdp_data_sample(const fsdp_data *d, uint64_t index, int32_t *inputs, int32_t *targets, fsdp_err *err) {
+/* inputs/targets from d->tokens[0, n) and d->mask: padded past n, -1 where nothing counts. */
+static void fill(const fsdp_data *d, int n, int32_t *inputs, int32_t *targets) {
+    for (int i = 0; i < d->seq; i++) {
+        inputs[i] = i < n ? d->tokens[i] : d->pad_id;
+        targets[i] = i + 1 < n && d->mask[i + 1] ? d->tokens[i + 1] : -1;
+    }
+}
+
+int fsdp_data_sample(fsdp_data *d, uint64_t index, int32_t *inputs, int32_t *targets, fsdp_err *err) {
     int T = d->seq;
     if (d->synthetic) {
         int32_t prev = (int32_t)fsdp_rand_below(d->seed, STREAM_SYNTHETIC + index, 0, (uint32_t)d->synthetic_vocab);
@@ -77,9 +136,75 @@ int fsdp_data_sample(const fsdp_data *d, uint64_t index, int32_t *inputs, int32_
         }
         return 0;
     }
-    uint64_t epoch = index / d->windows, pos = index % d->windows;
-    uint64_t window = permute(pos, d->windows, fsdp_rand_u64(d->seed, STREAM_EPOCH, epoch));
-    /* Targets are the inputs shifted by one; the page cache serves the overlapping second read. */
-    if (fsdp_tokens_read(&d->file, window * (uint64_t)T, T, inputs, err)) return -1;
-    return fsdp_tokens_read(&d->file, window * (uint64_t)T + 1, T, targets, err);
+    uint64_t unit;
+    if (d->eval) {
+        if (index >= d->samples) { /* the rows that fill the last micro-batch: nothing counts */
+            fill(d, 0, inputs, targets);
+            return 0;
+        }
+        unit = index;
+    } else {
+        uint64_t epoch = index / d->samples, pos = index % d->samples;
+        unit = permute(pos, d->samples, fsdp_rand_u64(d->seed, STREAM_EPOCH, epoch));
+    }
+    int n;
+    if (d->packing == FSDP_PACK_PAD) {
+        uint64_t se[2];
+        if (fsdp_tokens_documents(&d->file, unit, 1, se, err)) return -1;
+        n = se[1] - se[0] < (uint64_t)T + 1 ? (int)(se[1] - se[0]) : T + 1; /* truncated to seq + 1 */
+        if (fsdp_tokens_read(&d->file, se[0], n, d->tokens, err) ||
+            fsdp_tokens_read_mask(&d->file, se[0], n, d->mask, err))
+            return -1;
+    } else {
+        uint64_t start = unit * (uint64_t)T, left = d->stream_len - start;
+        n = left < (uint64_t)T + 1 ? (int)left : T + 1; /* shorter only at the end of an evaluation */
+        if (fsdp_stream_read(d, start, n, err)) return -1;
+    }
+    fill(d, n, inputs, targets);
+    return 0;
+}
+
+int fsdp_data_epoch_steps(const fsdp_data *d, double epochs, uint64_t global_batch, int *steps, fsdp_err *err) {
+    if (d->synthetic)
+        return fsdp_usagef(err, "--epochs needs a token file (--data FILE): synthetic data has no epochs; use --steps");
+    double s = ceil(epochs * (double)d->samples / (double)global_batch);
+    if (s < 1) s = 1;
+    if (s > (double)(1 << 30))
+        return fsdp_usagef(err, "--epochs %g of %llu samples at %llu per step is more than %d steps", epochs,
+                           (unsigned long long)d->samples, (unsigned long long)global_batch, 1 << 30);
+    *steps = (int)s;
+    return 0;
+}
+
+int fsdp_data_check_tokenizer(const fsdp_data *d, const char *tokenizer_json, fsdp_err *err) {
+    struct stat st;
+    if (d->synthetic || d->file.tokenizer_hash == 0 || stat(tokenizer_json, &st) != 0) return 0;
+    uint64_t hash;
+    if (fsdp_tokenizer_json_hash(tokenizer_json, &hash, err)) return -1;
+    if (hash != d->file.tokenizer_hash)
+        return fsdp_errf(err, "%s %s was made with another tokenizer than the model's %s (tokenizer hash %016llx in the "
+                         "file, %016llx of the model's): prepare it again with --tokenizer %s", d->flag, d->file.path,
+                         tokenizer_json, (unsigned long long)d->file.tokenizer_hash, (unsigned long long)hash,
+                         tokenizer_json);
+    return 0;
+}
+
+void fsdp_data_describe(const fsdp_data *d, char *buf, size_t cap) {
+    if (d->synthetic) {
+        snprintf(buf, cap, "synthetic tokens in [0, %d)", d->synthetic_vocab);
+        return;
+    }
+    const fsdp_token_file *f = &d->file;
+    char how[256];
+    if (d->packing == FSDP_PACK_PAD)
+        snprintf(how, sizeof how, "pad: %llu examples, each truncated to %d + 1 tokens, padded with %d",
+                 (unsigned long long)d->samples, d->seq, d->pad_id);
+    else if (d->eos_id >= 0)
+        snprintf(how, sizeof how, "stream: %llu windows of %d + 1 tokens, %llu EOS (%d) inserted between documents",
+                 (unsigned long long)d->samples, d->seq, (unsigned long long)d->inserted, d->eos_id);
+    else
+        snprintf(how, sizeof how, "stream: %llu windows of %d + 1 tokens", (unsigned long long)d->samples, d->seq);
+    snprintf(buf, cap, "%s (version %d, %llu tokens in %llu documents%s) | %s%s", f->path, f->version,
+             (unsigned long long)f->count, (unsigned long long)f->num_documents,
+             f->has_mask ? ", loss mask" : "", how, d->eval ? ", each once" : "");
 }

@@ -43,6 +43,10 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
     so->order = order;
     so->order_len = order_len;
     so->pinned = pinned;
+    /* A forward-only pass (evaluation) visits the training order's first part: EMBED, blocks, HEAD. */
+    so->forward_order = order;
+    so->forward_order_len = cfg->num_layers + 2;
+    so->forward_only = o->forward_only;
     if (fsdp_plan_embed_rows(cfg, o, world)) {
         /* fsdp_model_embed_grad_rows: one row of the hidden size per token of the micro-batch. */
         so->rows_capacity = o->mbs * o->seq;

@@ -18,7 +18,7 @@
 #include "../shard/engine.h"
 #include "options.h"
 
-/* The trainer's device scalars (loss sum, gradient sum of squares, clip scale, spare). */
+/* The trainer's device scalars (loss sum, gradient sum of squares, clip scale, evaluation loss sum). */
 #define FSDP_STEP_SCALARS 4
 
 /* Where the run happens: the backend, the ranks, and ranks per node (HYBRID's shard group). */
@@ -55,7 +55,8 @@ int fsdp_memory_plan_max_mbs(int seq);
 
 /* The units as the trainer visits them for parameters in one micro-batch (EMBED, blocks, HEAD,
  * blocks reversed: the embedding's backward needs no parameters) and which stay gathered from
- * forward to backward (a tied embedding). malloc'ed. */
+ * forward to backward (a tied embedding). Its first num_layers + 2 entries (EMBED, blocks, HEAD)
+ * are the order of a forward-only micro-batch (evaluation). malloc'ed. */
 void fsdp_plan_unit_order(const fsdp_model_config *cfg, const fsdp_layout *layout, int **order, int *order_len,
                           int **pinned);
 /* 1 when the token-embedding gradient goes as rows (fsdp_engine_add_rows): --embedding-grads rows,

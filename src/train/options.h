@@ -8,6 +8,7 @@
 #include "../base/dtype.h"
 #include "../kernels/op_args.h"
 #include "../shard/engine.h"
+#include "data.h"
 
 /* How the token-embedding gradient is reduced (--embedding-grads). */
 typedef enum { FSDP_EMBED_GRADS_AUTO = 0, FSDP_EMBED_GRADS_DENSE = 1, FSDP_EMBED_GRADS_ROWS = 2 } fsdp_embed_grads;
@@ -45,6 +46,11 @@ typedef struct {
     /* data */
     const char *data;           /* "synthetic" or a token file */
     int synthetic_vocab;        /* synthetic tokens are uniform in [0, synthetic_vocab) */
+    fsdp_packing packing;       /* --packing: how a token file's documents become samples (data.h) */
+    double epochs;              /* --epochs: steps = passes over the data / global batch (0 = --steps) */
+    const char *eval_data;      /* --eval-data FILE: validation loss during training, or NULL */
+    int eval_every;             /* evaluate every N steps (0 = only at the end of the run) */
+    int forward_only;           /* fsdp eval: no gradients or optimizer states; --data is evaluated */
     /* checkpoints and output */
     const char *ckpt_dir;
     int ckpt_every, keep;

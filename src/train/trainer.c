@@ -13,6 +13,7 @@
 #include "../base/watchdog.h"
 #include "../io/hf_config.h"
 #include "../io/jsonio.h"
+#include "eval.h"
 #include "hf_import.h"
 #include "checkpointing.h"
 #include "optimizer.h"
@@ -128,9 +129,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
 
     if (create_engine(t, err)) return -1;
 
-    if (fsdp_data_open(&t->data, o->data, o->synthetic_vocab, t->cfg.vocab_size, o->seq, o->seed, err) == 0)
-        t->data.seed = o->seed;
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_trainer_open_data(t, err)) return -1;
 
     size_t tokens = (size_t)o->grad_accum * o->mbs * o->seq;
     t->host_inputs = t->be->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
@@ -152,6 +151,7 @@ static void teardown(fsdp_trainer *t) {
     if (t->be) fsdp_ckpt_teardown(t);
     if (t->metrics) fsdp_metrics_close(t->metrics);
     fsdp_data_close(&t->data);
+    fsdp_data_close(&t->eval_data);
     if (t->be) {
         t->be->stream_synchronize(t->be, t->be->compute);
         fsdp_model_destroy(t->model);
@@ -331,18 +331,20 @@ static void format_eta(double seconds, char *buf, size_t cap) {
     snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
 }
 
-static void report_step(fsdp_trainer *t, const step_result *r, double tps, double eta_s, fsdp_err *err) {
+static void report_step(fsdp_trainer *t, const step_result *r, double tps, double eta_s, const fsdp_eval_result *ev,
+                        fsdp_err *err) {
     if (fsdp_rank() != 0) return;
     const fsdp_train_options *o = &t->opt;
-    if (t->step % o->log_every == 0 || t->step == o->steps) {
-        char eta[32];
+    if (t->step % o->log_every == 0 || t->step == o->steps || ev) {
+        char eta[32], eval[96] = "";
         format_eta(eta_s, eta, sizeof eta);
+        if (ev) snprintf(eval, sizeof eval, " | eval loss %.4f | eval ppl %.2f", ev->loss, ev->ppl);
         int width = 1;
         for (int n = o->steps; n >= 10; n /= 10) width++;
-        fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/GPU | %.1f ms | comm wait %.1f%% | "
+        fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/GPU | %.1f ms | comm wait %.1f%%%s | "
                  "ETA %s\n",
                  width, t->step, o->steps, r->loss, r->lr, r->grad_norm, tps, r->step_ms,
-                 r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eta);
+                 r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eval, eta);
     }
     if (t->metrics) {
         const double *p = r->phase_ms;
@@ -358,6 +360,7 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
         if (!rec) fsdp_fatal("out of host memory building a metrics record");
         fsdp_metrics_write(t->metrics, rec, err);
         json_decref(rec);
+        if (ev) fsdp_eval_record(t, ev, err);
     }
 }
 
@@ -455,12 +458,21 @@ static void describe_run(fsdp_trainer *t) {
              fsdp_engine_replica_size(t->eng), fsdp_dtype_name(o->master_dtype), fsdp_dtype_name(o->compute_dtype),
              fsdp_dtype_name(o->reduce_dtype), o->attn == FSDP_ATTN_FLASH ? "flash" : "eager",
              t->embed_rows ? "rows" : "dense");
-    char dropout[160];
+    char dropout[160], data[1024];
     fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
     fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
+    fsdp_data_describe(&t->data, data, sizeof data);
     fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s | dropout "
-             "%s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world, o->seq,
-             o->data ? o->data : "synthetic", dropout);
+             "%s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world, o->seq, data,
+             dropout);
+    if (o->epochs > 0)
+        fsdp_log("epochs: %g of %llu samples = %d steps\n", o->epochs, (unsigned long long)t->data.samples, o->steps);
+    if (o->eval_data) {
+        fsdp_data_describe(&t->eval_data, data, sizeof data);
+        char when[64] = "at the end of the run";
+        if (o->eval_every > 0) snprintf(when, sizeof when, "every %d steps and at the end", o->eval_every);
+        fsdp_log("evaluation: %s, %s\n", data, when);
+    }
     char plan[512];
     fsdp_memory_plan_line(&t->plan, plan, sizeof plan);
     fsdp_log("memory per %s: %s | held now: %.2f GiB\n", t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank", plan,
@@ -514,15 +526,28 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
             timed_s += r.step_ms / 1e3;
             timed_steps++;
         }
+        fsdp_eval_result ev, *evaluated = NULL;
+        if (o->eval_data && o->eval_every > 0 && t->step % o->eval_every == 0) {
+            if (fsdp_evaluate(t, &t->eval_data, &ev, err)) break;
+            evaluated = &ev;
+        }
         double avg = (fsdp_now() - start) / (t->step - t->first_step);
         double tps = (double)o->grad_accum * o->mbs * o->seq / (r.step_ms / 1e3);
         r.time_s = fsdp_now() - start;
-        report_step(t, &r, tps, avg * (o->steps - t->step), err);
+        report_step(t, &r, tps, avg * (o->steps - t->step), evaluated, err);
         if (fsdp_ckpt_boundary(t, &stop, err)) break;
     }
     if (fsdp_agree(&t->world, err)) {
         fsdp_ckpt_settle(t);
         return -1;
+    }
+    /* The end of a run is always evaluated, whatever --eval-every (not a run stopped by a signal:
+     * its time is running out). */
+    if (!stop && o->eval_data && (o->eval_every <= 0 || t->step % o->eval_every != 0)) {
+        fsdp_eval_result ev;
+        if (fsdp_evaluate(t, &t->eval_data, &ev, err)) return -1;
+        fsdp_eval_log(t, "eval at the end", &ev);
+        if (fsdp_rank() == 0 && t->metrics) fsdp_eval_record(t, &ev, err);
     }
     report_summary(t, t->step - t->first_step, timed_s, timed_steps, fsdp_now() - start, err);
     if (fsdp_agree(&t->world, err)) return -1;
@@ -534,6 +559,9 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         fsdp_log("stopped by %s at step %d (no --ckpt-dir: nothing saved)\n", fsdp_signal_name(stop), t->step);
     return FSDP_EXIT_PREEMPTED;
 }
+
+int fsdp_trainer_setup(fsdp_trainer *t, fsdp_err *err) { return setup(t, err); }
+void fsdp_trainer_teardown(fsdp_trainer *t) { teardown(t); }
 
 int fsdp_train(const fsdp_train_options *opt, fsdp_err *err) {
     fsdp_trainer t;

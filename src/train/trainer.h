@@ -28,6 +28,7 @@ typedef struct {
     fsdp_engine *eng;
     fsdp_model *model;
     fsdp_data data;
+    fsdp_data eval_data;   /* --eval-data (opened when given) */
     fsdp_schedule sched;
     fsdp_metrics *metrics;
 
@@ -41,7 +42,7 @@ typedef struct {
     int first_step;                       /* the step this run started from */
 
     int32_t *host_inputs, *host_targets; /* [grad_accum][mbs*seq], pinned */
-    float *dev_scalars;                  /* loss sum, grad sum of squares, clip scale */
+    float *dev_scalars;                  /* loss sum, grad sum of squares, clip scale, evaluation loss sum */
     float *host_scalars;
     /* Timing events on the compute stream at the phases of a step (PHASE_* in trainer.c). */
     fsdp_event *phase[6]; /* PHASES */
@@ -57,6 +58,14 @@ typedef struct {
 /* Runs `fsdp train` to the end. Returns 0; FSDP_EXIT_PREEMPTED (src/train/preemption.h) when a
  * signal stopped it after its checkpoint was written; or -1 with err set (agreed across ranks). */
 int fsdp_train(const fsdp_train_options *opt, fsdp_err *err);
+
+/* The device scalar that forward-only passes add their loss into (src/train/eval.c). */
+#define FSDP_SCALAR_EVAL_LOSS 3
+
+/* The run's set-up (t->opt, t->world set; backend, model, engine, data) and its tear-down, for
+ * commands that drive the model otherwise (fsdp eval). Collective; weights are not initialised. */
+int fsdp_trainer_setup(fsdp_trainer *t, fsdp_err *err);
+void fsdp_trainer_teardown(fsdp_trainer *t);
 
 /* A preset name, or a Hugging Face config.json or its directory (--model). */
 int fsdp_train_load_model(const char *spec, fsdp_model_config *cfg, fsdp_err *err);
@@ -76,6 +85,11 @@ int fsdp_fit_check_setup(fsdp_trainer *t, fsdp_err *err);
 /* After a set-up that ran out of memory (`reason`) under --mbs auto: the next smaller micro-batch
  * to build (logged), or 0 when there is none. */
 int fsdp_fit_step_down(fsdp_trainer *t, const char *reason);
+
+/* Data (src/train/data_setup.c), collective: opens --data (evaluated, for a forward_only run) and
+ * --eval-data, checks them against the model (its vocabulary, and the tokenizer.json of an
+ * --init-from directory) and turns --epochs into t->opt.steps. */
+int fsdp_trainer_open_data(fsdp_trainer *t, fsdp_err *err);
 
 /* Checkpoints (src/train/checkpointing.c). */
 int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err);

@@ -447,6 +447,35 @@ def run_reference(cfg, params, input_ids, labels, mutations=frozenset(), extras=
     return logits.detach().numpy(), float(loss.item()), grads
 
 
+def eval_loss_sum(cfg, params, input_ids, labels, rows_per_pass=8):
+    """Forward only, in float64, over a batch of windows or examples of any size (run a few rows at a
+    time): (summed cross-entropy of the positions whose label is not -1, how many there are). The
+    labels are the next tokens (no shift), -1 where nothing counts (masked or padded positions): an
+    evaluation's loss is the sum over all rows divided by the count."""
+    want = expected_params(cfg)
+    if set(want) != set(params):
+        raise ValueError("parameter names differ from the architecture: %s"
+                         % sorted(set(want) ^ set(params))[:5])
+    P = {n: torch.tensor(np.asarray(params[n], dtype=np.float64), dtype=DTYPE) for n in want}
+    embed = "model.embed_tokens.weight" if cfg["model_type"] in LLAMA_LIKE else "model.decoder.embed_tokens.weight"
+    head = P.get("lm_head.weight", P[embed])
+    forward = llama_forward if cfg["model_type"] in LLAMA_LIKE else opt_forward
+    ids_all = np.asarray(input_ids, dtype=np.int64)
+    lab_all = np.asarray(labels, dtype=np.int64)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for r0 in range(0, ids_all.shape[0], rows_per_pass):
+            ids = torch.as_tensor(ids_all[r0:r0 + rows_per_pass])
+            lab = torch.as_tensor(lab_all[r0:r0 + rows_per_pass]).reshape(-1)
+            logits = forward(cfg, P, ids, head)
+            flat = logits.reshape(-1, logits.shape[-1])
+            keep = lab != IGNORE_INDEX
+            logp = torch.log_softmax(flat[keep], dim=-1)
+            total += float(-logp.gather(1, lab[keep].unsqueeze(1)).sum())
+            count += int(keep.sum())
+    return total, count
+
+
 def reference_from_dump(dump, mutations=frozenset(), extras=None):
     """run_reference on the weights and batch of a load_dump() result."""
     return run_reference(dump["config"], dump["params"], dump["input_ids"], dump["labels"], mutations, extras,

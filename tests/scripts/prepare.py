@@ -3,17 +3,18 @@ files, blank-line paragraphs, JSON Lines fields, Alpaca prompt + response), Alpa
 response and EOS only (and ids equal to Hugging Face tokenizers' for the prompt and the response),
 the same bytes for 1 and 3 threads, a deterministic validation split, memory bounded on an input
 several times the bound (peak RSS), every bad input refused with one line naming file and line and
-nothing written, and fsdp train on a version 2 file training exactly as on the same tokens in a
-version 1 file."""
+nothing written, and fsdp train on a version 2 file (--packing stream) training exactly as on a
+version 1 file of its stream: the documents joined by the rule of docs/FORMATS.md, written by
+tests/lib/packing.py."""
 import json
 import os
-import struct
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import fsdptest as t
+import packing  # noqa: E402
 from tokfixtures import decode, documents, fixtures, gpt2_tokenizer, read_tokens
 
 D = t.tmpdir("prepare")
@@ -239,15 +240,17 @@ t.check(not [f for f in os.listdir(D) if ".tmp" in f], "no temporary files left"
 
 # ---- fsdp train on version 2 --------------------------------------------------------------------
 cfg = path("config.json")
+# GPT-2's <|endoftext|> (50256) is the model's EOS and, by the test tokenizer's template, every
+# document's first token: EOS goes only after the last document.
 json.dump({"model_type": "llama", "vocab_size": 50304, "hidden_size": 32, "intermediate_size": 64,
            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}, open(cfg, "w"))
+           "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
+           "eos_token_id": 50256}, open(cfg, "w"))
 v2 = path("t1.bin")
 v1 = path("v1.bin")
-ids = read_tokens(v2)["ids"]
-with open(v1, "wb") as f:
-    f.write(b"FSDPTOK\0" + struct.pack("<IIQQ", 1, 2, len(ids), 50261) + bytes(32))
-    f.write(struct.pack("<%dH" % len(ids), *ids))
+joined, _ = packing.stream(read_tokens(v2), 50256)
+t.check(len(joined) == len(read_tokens(v2)["ids"]) + 1, "the stream adds one EOS: after the last document")
+packing.write_v1(v1, joined, 50261)
 losses = {}
 for name, data in (("v2", v2), ("v1", v1)):
     m = path("metrics-%s.jsonl" % name)
@@ -255,5 +258,5 @@ for name, data in (("v2", v2), ("v1", v1)):
               "--lr", "1e-3"])
     losses[name] = [r["loss"] for r in t.metrics(m)[0]]
 t.check(len(losses["v2"]) == 3 and all(x == x and x > 0 for x in losses["v2"]), "training on a version 2 file: %s" % losses)
-t.check(losses["v2"] == losses["v1"], "the same losses on version 2 as on its tokens in version 1: %s" % losses)
+t.check(losses["v2"] == losses["v1"], "the same losses on version 2 as on its stream in version 1: %s" % losses)
 t.finish()
