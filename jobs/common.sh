@@ -9,6 +9,9 @@
 #   SEQUENCE_LEN      tokens per sample                cuda: 1024           cpu: 64
 #   MAX_STEPS         optimizer steps per run          cuda: 450 (the course's)  cpu: 4
 #   MICRO_BATCH_SIZE  samples per GPU per step         (each script has its own default)
+#   MEMORY_LIMIT      GiB each rank may use (--memory-limit; what --mbs auto fits into)
+#                                                      cuda: the GPU's (64 emulates MareNostrum-5's
+#                                                      H100s on a larger GPU)   cpu: 0.03125 (32 MiB)
 #   MODEL_PRECISION   fp32 | bf16                      (default fp32)
 #   MIXED_PRECISION   no | bf16                        (default bf16)
 #   ATTN              eager | flash                    (default flash; the course's sdpa)
@@ -41,7 +44,7 @@ fsdp_setup() {
     DEVICE=${DEVICE:-cuda}
     case $DEVICE in
         cuda) : "${MODEL:=llama-3.2-1b}" "${SEQUENCE_LEN:=1024}" "${MAX_STEPS:=450}" ;;
-        cpu) : "${MODEL:=tiny-llama}" "${SEQUENCE_LEN:=64}" "${MAX_STEPS:=4}" ;;
+        cpu) : "${MODEL:=tiny-llama}" "${SEQUENCE_LEN:=64}" "${MAX_STEPS:=4}" "${MEMORY_LIMIT:=0.03125}" ;;
         *) echo "fsdp: error: DEVICE=$DEVICE is neither cuda nor cpu" >&2; exit 2 ;;
     esac
     : "${MODEL_PRECISION:=fp32}" "${MIXED_PRECISION:=bf16}" "${ATTN:=flash}" "${STRATEGY:=FULL}"
@@ -49,6 +52,7 @@ fsdp_setup() {
     : "${FSDP_BIN:=$FSDP_ROOT/build/fsdp}"
     export DEVICE MODEL SEQUENCE_LEN MAX_STEPS MODEL_PRECISION MIXED_PRECISION ATTN STRATEGY RESULTS_DIR EXTRA_ARGS
     export CHECKPOINTS CKPT_EVERY FSDP_BIN
+    [ -n "${MEMORY_LIMIT:-}" ] && export MEMORY_LIMIT
     [ -n "${MICRO_BATCH_SIZE:-}" ] && export MICRO_BATCH_SIZE
     if [ ! -x "$FSDP_BIN" ]; then
         echo "fsdp: error: FSDP_BIN=$FSDP_BIN is not a program (build fsdp.c first: tools/bootstrap.sh)" >&2
@@ -115,9 +119,11 @@ fsdp_run() {
         return 0
     fi
     rm -f "$dir/done"
+    local limit=()
+    [ -n "${MEMORY_LIMIT:-}" ] && limit=(--memory-limit "$MEMORY_LIMIT")
     # shellcheck disable=SC2206
     local cmd=(train --model "$MODEL" --seq "$SEQUENCE_LEN" --steps "$MAX_STEPS" --device "$DEVICE"
-               --metrics "$dir/metrics.jsonl" "${ckpt[@]}" "$@" $EXTRA_ARGS)
+               --metrics "$dir/metrics.jsonl" "${limit[@]}" "${ckpt[@]}" "$@" $EXTRA_ARGS)
     fsdp_launcher
     echo "== $(date '+%F %T') $dir"
     echo "   ${LAUNCHER[*]} $FSDP_BIN ${cmd[*]}"
