@@ -103,13 +103,18 @@ fsdp_launcher() {
 }
 
 # fsdp_run RUN_DIR [fsdp train flags]: one configuration. Its output goes to RUN_DIR/train.log and to
-# the job's log; a failure (out of memory, say) is recorded and the sweep goes on. While it runs,
-# FSDP_STEP_PID is the launcher's process (srun or mpirun), for a signal trap to forward signals to;
-# a trapped signal does not end the wait for it.
+# the job's log; a failure (out of memory, say) is recorded and the sweep goes on. With checkpoints
+# a run continues where an earlier job (or this job before a requeue) stopped, and its train.log goes
+# on too; without, it starts over. While it runs, FSDP_STEP_PID is the launcher's process (srun or
+# mpirun), for a signal trap to forward signals to; a trapped signal does not end the wait for it.
 fsdp_run() {
-    local dir=$1 rc tail_pid
+    local dir=$1 rc tail_pid log_from=1
     shift
     mkdir -p "$dir" || { FAILED_RUNS+=("$dir (cannot create it)"); return 1; }
+    if [ -n "${FSDP_STOP_SIGNAL:-}" ]; then # (jobs/preempt.sh)
+        echo "== $dir: not started: SIG$FSDP_STOP_SIGNAL came first"
+        return 75
+    fi
     local ckpt=()
     if [ "$CHECKPOINTS" = yes ]; then
         ckpt=(--ckpt-dir "$dir/ckpt" --resume auto)
@@ -127,9 +132,15 @@ fsdp_run() {
     fsdp_launcher
     echo "== $(date '+%F %T') $dir"
     echo "   ${LAUNCHER[*]} $FSDP_BIN ${cmd[*]}"
-    "${LAUNCHER[@]}" "$FSDP_BIN" "${cmd[@]}" >"$dir/train.log" 2>&1 &
+    if [ "$CHECKPOINTS" = yes ] && [ -s "$dir/train.log" ]; then
+        log_from=$(($(wc -c <"$dir/train.log") + 1)) # the job's log shows this run's part only
+    else
+        : >"$dir/train.log"
+    fi
+    "${LAUNCHER[@]}" "$FSDP_BIN" "${cmd[@]}" >>"$dir/train.log" 2>&1 &
     FSDP_STEP_PID=$!
-    tail -n +1 -f --pid="$FSDP_STEP_PID" "$dir/train.log" &
+    # (a signal to every process of the job, scancel --full, must not end the copy to the job's log)
+    (trap '' USR1 TERM; exec tail -c +"$log_from" -f --pid="$FSDP_STEP_PID" "$dir/train.log") &
     tail_pid=$!
     fsdp_wait_step "$FSDP_STEP_PID"
     rc=$?

@@ -15,7 +15,7 @@ marker is how stop() finds every process the cluster started, jobs included, and
         job = cluster.sbatch("jobs/ladder.slurm", ["--ntasks-per-node", "2"], env={"DEVICE": "cpu"}, cwd=work)
         state = cluster.wait(job, timeout=300)          # "COMPLETED", "FAILED", ...
         cluster.signal(job, "USR1", batch=True)         # scancel --signal=USR1 [--batch]
-        cluster.requeue(job); cluster.scancel(job)
+        cluster.requeue(job); cluster.scancel(job)      # (a requeued job waits requeue_delay s)
     finally:
         cluster.stop()                                  # every daemon and job process it started
 
@@ -69,18 +69,23 @@ def _which(name):
 
 
 class SlurmCluster:
-    def __init__(self, cpus=None, gpus=0, memory_mb=None, extra_conf="", workdir=None):
+    def __init__(self, cpus=None, gpus=0, memory_mb=None, extra_conf="", workdir=None, requeue_delay=None):
         """cpus: CPUs the node offers (default: this machine's); gpus: stand-in `gpu` GRES the node
         offers, so job scripts asking for `--gres gpu:N` run unchanged (no real device is bound);
         memory_mb: the node's memory (default: half of this machine's; more than it has would
-        leave the node unusable); extra_conf: lines appended to slurm.conf (JobRequeue=1, say)."""
+        leave the node unusable); extra_conf: lines appended to slurm.conf (JobRequeue=1, say);
+        requeue_delay: seconds a requeued job waits before it may start again (SLURM's default is
+        120; it is the credential lifetime, AuthInfo's cred_expire, which slurm.conf(5) says
+        controls this wait too)."""
         self.cpus = cpus or os.cpu_count() or 1
         self.gpus = gpus
         self.memory_mb = memory_mb or max(1, _memory_mb() // 2)
         self.extra_conf = extra_conf
+        self.requeue_delay = requeue_delay
         self.dir = workdir
         self.procs = {}
         self.env = None
+        self.controller_started = None
         self.host = socket.gethostname().split(".")[0]
 
     # ---- life cycle ----
@@ -112,6 +117,9 @@ class SlurmCluster:
                                    "--seed-file=" + os.path.join(self.dir, "munge", "munged.seed")])
             self._wait_for(lambda: os.path.exists(self.munge_socket), 15, "munged's socket")
             self._spawn("slurmctld", [_which("slurmctld"), "-D", "-f", self.conf])
+            # slurmctld looks at time limits, and sends the signals of --signal=...@T, every 30 s
+            # from its start (PERIODIC_TIMEOUT): a test can time a job against it.
+            self.controller_started = time.time()
             self._spawn("slurmd", [_which("slurmd"), "-D", "-f", self.conf, "-N", self.host])
             self._wait_for(self._node_ready, timeout, "the node to register as idle")
         except Exception:
@@ -203,7 +211,9 @@ class SlurmCluster:
             cmd.append("--batch")
         if full:
             cmd.append("--full")
-        subprocess.run(cmd + [str(job_id)], env=self.env, check=True, capture_output=True, timeout=30)
+        p = subprocess.run(cmd + [str(job_id)], env=self.env, capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            raise SlurmError("%s %s failed (exit %d): %s" % (" ".join(cmd), job_id, p.returncode, p.stderr.strip()))
 
     def signal(self, job_id, signal, batch=False, full=False):
         self.scancel(job_id, signal=signal, batch=batch, full=full)
@@ -238,7 +248,8 @@ class SlurmCluster:
             "SlurmdPort=%d" % _free_port(),
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            "AuthInfo=socket=%s" % self.munge_socket,
+            "AuthInfo=socket=%s%s" % (self.munge_socket, ",cred_expire=%d" % self.requeue_delay
+                                      if self.requeue_delay else ""),
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
