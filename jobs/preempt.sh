@@ -28,6 +28,7 @@ _fsdp_forward() {
         kill -USR1 "$FSDP_STEP_PID" 2>/dev/null
     else
         echo "fsdp.c: SIG$1 before the run started: not starting it"
+        # shellcheck disable=SC2034 # read by fsdp_run (jobs/common.sh)
         FSDP_STOP_SIGNAL=$1
     fi
 }
