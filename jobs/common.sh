@@ -146,6 +146,13 @@ fsdp_run() {
     rc=$?
     wait "$tail_pid" 2>/dev/null
     FSDP_STEP_PID=
+    # srun exits 0 when it could not launch the ranks at all ("task 0 launch failed"): a run counts
+    # as finished only with fsdp's last lines in this launch's part of the log.
+    if [ "$rc" -eq 0 ] && ! tail -c +"$log_from" "$dir/train.log" |
+            grep -q -e '^Training throughput: ' -e '^nothing to do: '; then
+        echo "== $dir: ${LAUNCHER[0]} exited 0, but fsdp train did not finish (no 'Training throughput' line)"
+        rc=1
+    fi
     if [ "$rc" -eq 0 ]; then
         date '+finished %F %T' >"$dir/done"
     else

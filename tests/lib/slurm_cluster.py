@@ -1,7 +1,8 @@
 """A real one-node SLURM cluster for tests, from Debian's packages (slurmctld, slurmd, munge).
 
 Everything the cluster owns lives in one private directory: its slurm.conf, munge key and socket,
-spool and state directories, pid and log files, and two free TCP ports. Nothing under /etc, /run or
+spool, state and TmpFS directories, pid and log files, and two free TCP ports; its job ids start at
+a random multiple of 100000. Nothing under /etc, /run or
 /var is touched, so two tests can each run a cluster on the same machine at the same time. Client
 commands reach the cluster through SLURM_CONF (in `cluster.env`, which every job inherits), and that
 marker is how stop() finds every process the cluster started, jobs included, and ends it.
@@ -23,6 +24,7 @@ Needs root (slurmd starts jobs as their users) and the packages tools/bootstrap.
 FSDP_KEEP_SLURM=1 keeps the cluster's directory (config, daemon logs) after stop() for debugging.
 """
 import os
+import random
 import shutil
 import signal as signals
 import socket
@@ -99,7 +101,7 @@ class SlurmCluster:
         # A short path: munge's socket name must fit in a UNIX socket address.
         self.dir = self.dir or tempfile.mkdtemp(prefix="fsdp-slurm-", dir="/tmp")
         os.chmod(self.dir, 0o755)
-        for sub in ("spool", "state", "munge"):
+        for sub in ("spool", "state", "munge", "tmp"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
         os.chmod(os.path.join(self.dir, "munge"), 0o700)
         self.conf = os.path.join(self.dir, "slurm.conf")
@@ -265,6 +267,10 @@ class SlurmCluster:
             "SlurmdLogFile=%s/slurmd.log" % d,
             "SlurmdSpoolDir=%s/spool" % d,
             "StateSaveLocation=%s/state" % d,
+            # Job steps keep files named by job id in TmpFS (the pmix plugin's spmix_appdir_UID_JOB.STEP):
+            # a private TmpFS, and job ids of their own, keep two clusters of one machine apart.
+            "TmpFS=%s/tmp" % d,
+            "FirstJobId=%d" % (random.randrange(1, 600) * 100000),
             "PlugStackConfig=%s/plugstack.conf" % d,
             "GresTypes=gpu" if self.gpus else "",
             "NodeName=%s NodeAddr=127.0.0.1 CPUs=%d RealMemory=%d%s State=UNKNOWN" %

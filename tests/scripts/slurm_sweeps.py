@@ -2,7 +2,8 @@
 runs jobs/ladder.slurm and jobs/strategies.slurm through sbatch, as a user submits them, in CPU mode
 at tiny sizes, and jobs/scaling.sh submits its points and its report job with a dependency. Then
 `fsdp report` over the results gives the course's tables, whose numbers are checked against the runs'
-metrics, and valid plots. Skips (77) only where SLURM cannot run: not root.
+metrics, and valid plots. A run whose ranks srun cannot launch (srun then exits 0) counts as failed.
+Skips (77) only where SLURM cannot run: not root.
 
 The ladder's last rung runs `--mbs auto`, as a user's does: in CPU mode jobs/common.sh caps each
 rank's memory (MEMORY_LIMIT, 32 MiB), and the micro-batch it trains with (the metrics summary's, so
@@ -75,6 +76,23 @@ try:
         log = f.read()
     t.check(log.count("finished by an earlier job, skipped") == 4 and os.stat(metrics).st_mtime_ns == before,
             "it skips the four finished strategies and leaves their metrics alone")
+
+    # srun exits 0 when it cannot launch the ranks at all: such a run is a failure all the same. The
+    # launch is made to fail by a file where the pmix plugin makes the step's directory (in TmpFS,
+    # named spmix_appdir_UID_JOB.STEP).
+    broken = cluster.sbatch(os.path.join(JOBS, "strategies.slurm"),
+                            ["--nodes", "1", "--ntasks-per-node", "2", "--gres", "gpu:2", "--hold"] + cpus,
+                            env=dict(env, STRATEGIES="FULL", RESULTS_DIR=os.path.join(work, "broken")), cwd=work)
+    open(os.path.join(cluster.dir, "tmp", "spmix_appdir_%d_%s.0" % (os.getuid(), broken)), "w").close()
+    subprocess.run(["scontrol", "release", broken], env=cluster.env, check=True, capture_output=True, timeout=30)
+    state = cluster.wait(broken, timeout=60)
+    with open(os.path.join(work, "R-fsdp-strategies.%s.out" % broken)) as f:
+        log = f.read()
+    run = os.path.join(work, "broken", "strategies-tiny-llama-2gpu", "FULL-fp32-bf16-flash-mbs2")
+    t.check("launch failed" in log and state == "FAILED" and not os.path.exists(os.path.join(run, "done")) and
+            "srun exited 0, but fsdp train did not finish" in log and "%s (exit 1)" % run in log,
+            "a run whose ranks srun could not launch (srun exits 0) counts as failed (%s; %s)" %
+            (state, [l for l in log.splitlines() if l.startswith("==")][-3:]))
 except SlurmError as e:
     t.fail(str(e))
     for name in sorted(os.listdir(work)):
