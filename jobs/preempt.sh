@@ -50,10 +50,11 @@ fsdp_wait_step() {
     return "$status"
 }
 
-# fsdp_requeue_if_stopped STATUS [RUN_DIR]: on 75 (stopped by a signal, checkpoint written) puts this SLURM
-# job back in the queue. Returns 0 when it did. The requeued job keeps its id (and so its run
-# folders, named from it), appends to the same output files (--open-mode=append) and may start
-# after SLURM's requeue delay (by default 120 s); SLURM ends this copy of the script at once.
+# fsdp_requeue_if_stopped STATUS [RUN_DIR]: on 75 (stopped by a signal with its checkpoint written,
+# or not started) puts this SLURM job back in the queue. Returns 0 when it did. The requeued job
+# keeps its id (and so its run folders, named from it), appends to the same output files
+# (--open-mode=append) and may start after SLURM's requeue delay (by default 120 s); SLURM ends this
+# copy of the script at once.
 fsdp_requeue_if_stopped() {
     [ "$1" -eq 75 ] && [ -n "${SLURM_JOB_ID:-}" ] || return 1
     echo "fsdp.c: exit status 75 (stopped by a signal): requeueing job $SLURM_JOB_ID to continue with" \
