@@ -9,6 +9,9 @@
 #   SEQUENCE_LEN      tokens per sample                cuda: 1024           cpu: 64
 #   MAX_STEPS         optimizer steps per run          cuda: 450 (the course's)  cpu: 4
 #   MICRO_BATCH_SIZE  samples per GPU per step         (each script has its own default)
+#   MEMORY_LIMIT      GiB each rank may use (--memory-limit; what --mbs auto fits into)
+#                                                      cuda: the GPU's (64 emulates MareNostrum-5's
+#                                                      H100s on a larger GPU)   cpu: 0.03125 (32 MiB)
 #   MODEL_PRECISION   fp32 | bf16                      (default fp32)
 #   MIXED_PRECISION   no | bf16                        (default bf16)
 #   ATTN              eager | flash                    (default flash; the course's sdpa)
@@ -41,7 +44,7 @@ fsdp_setup() {
     DEVICE=${DEVICE:-cuda}
     case $DEVICE in
         cuda) : "${MODEL:=llama-3.2-1b}" "${SEQUENCE_LEN:=1024}" "${MAX_STEPS:=450}" ;;
-        cpu) : "${MODEL:=tiny-llama}" "${SEQUENCE_LEN:=64}" "${MAX_STEPS:=4}" ;;
+        cpu) : "${MODEL:=tiny-llama}" "${SEQUENCE_LEN:=64}" "${MAX_STEPS:=4}" "${MEMORY_LIMIT:=0.03125}" ;;
         *) echo "fsdp: error: DEVICE=$DEVICE is neither cuda nor cpu" >&2; exit 2 ;;
     esac
     : "${MODEL_PRECISION:=fp32}" "${MIXED_PRECISION:=bf16}" "${ATTN:=flash}" "${STRATEGY:=FULL}"
@@ -49,6 +52,7 @@ fsdp_setup() {
     : "${FSDP_BIN:=$FSDP_ROOT/build/fsdp}"
     export DEVICE MODEL SEQUENCE_LEN MAX_STEPS MODEL_PRECISION MIXED_PRECISION ATTN STRATEGY RESULTS_DIR EXTRA_ARGS
     export CHECKPOINTS CKPT_EVERY FSDP_BIN
+    [ -n "${MEMORY_LIMIT:-}" ] && export MEMORY_LIMIT
     [ -n "${MICRO_BATCH_SIZE:-}" ] && export MICRO_BATCH_SIZE
     if [ ! -x "$FSDP_BIN" ]; then
         echo "fsdp: error: FSDP_BIN=$FSDP_BIN is not a program (build fsdp.c first: tools/bootstrap.sh)" >&2
@@ -99,13 +103,18 @@ fsdp_launcher() {
 }
 
 # fsdp_run RUN_DIR [fsdp train flags]: one configuration. Its output goes to RUN_DIR/train.log and to
-# the job's log; a failure (out of memory, say) is recorded and the sweep goes on. While it runs,
-# FSDP_STEP_PID is the launcher's process (srun or mpirun), for a signal trap to forward signals to;
-# a trapped signal does not end the wait for it.
+# the job's log; a failure (out of memory, say) is recorded and the sweep goes on. With checkpoints
+# a run continues where an earlier job (or this job before a requeue) stopped, and its train.log goes
+# on too; without, it starts over. While it runs, FSDP_STEP_PID is the launcher's process (srun or
+# mpirun), for a signal trap to forward signals to; a trapped signal does not end the wait for it.
 fsdp_run() {
-    local dir=$1 rc tail_pid
+    local dir=$1 rc tail_pid log_from=1
     shift
     mkdir -p "$dir" || { FAILED_RUNS+=("$dir (cannot create it)"); return 1; }
+    if [ -n "${FSDP_STOP_SIGNAL:-}" ]; then # (jobs/preempt.sh)
+        echo "== $dir: not started: SIG$FSDP_STOP_SIGNAL came first"
+        return 75
+    fi
     local ckpt=()
     if [ "$CHECKPOINTS" = yes ]; then
         ckpt=(--ckpt-dir "$dir/ckpt" --resume auto)
@@ -115,20 +124,35 @@ fsdp_run() {
         return 0
     fi
     rm -f "$dir/done"
+    local limit=()
+    [ -n "${MEMORY_LIMIT:-}" ] && limit=(--memory-limit "$MEMORY_LIMIT")
     # shellcheck disable=SC2206
     local cmd=(train --model "$MODEL" --seq "$SEQUENCE_LEN" --steps "$MAX_STEPS" --device "$DEVICE"
-               --metrics "$dir/metrics.jsonl" "${ckpt[@]}" "$@" $EXTRA_ARGS)
+               --metrics "$dir/metrics.jsonl" "${limit[@]}" "${ckpt[@]}" "$@" $EXTRA_ARGS)
     fsdp_launcher
     echo "== $(date '+%F %T') $dir"
     echo "   ${LAUNCHER[*]} $FSDP_BIN ${cmd[*]}"
-    "${LAUNCHER[@]}" "$FSDP_BIN" "${cmd[@]}" >"$dir/train.log" 2>&1 &
+    if [ "$CHECKPOINTS" = yes ] && [ -s "$dir/train.log" ]; then
+        log_from=$(($(wc -c <"$dir/train.log") + 1)) # the job's log shows this run's part only
+    else
+        : >"$dir/train.log"
+    fi
+    "${LAUNCHER[@]}" "$FSDP_BIN" "${cmd[@]}" >>"$dir/train.log" 2>&1 &
     FSDP_STEP_PID=$!
-    tail -n +1 -f --pid="$FSDP_STEP_PID" "$dir/train.log" &
+    # (a signal to every process of the job, scancel --full, must not end the copy to the job's log)
+    (trap '' USR1 TERM; exec tail -c +"$log_from" -f --pid="$FSDP_STEP_PID" "$dir/train.log") &
     tail_pid=$!
     fsdp_wait_step "$FSDP_STEP_PID"
     rc=$?
     wait "$tail_pid" 2>/dev/null
     FSDP_STEP_PID=
+    # srun exits 0 when it could not launch the ranks at all ("task 0 launch failed"): a run counts
+    # as finished only with fsdp's last lines in this launch's part of the log.
+    if [ "$rc" -eq 0 ] && ! tail -c +"$log_from" "$dir/train.log" |
+            grep -q -e '^Training throughput: ' -e '^nothing to do: '; then
+        echo "== $dir: ${LAUNCHER[0]} exited 0, but fsdp train did not finish (no 'Training throughput' line)"
+        rc=1
+    fi
     if [ "$rc" -eq 0 ]; then
         date '+finished %F %T' >"$dir/done"
     else

@@ -22,7 +22,10 @@ static int64_t total_shard(const fsdp_trainer *t) {
 
 static size_t master_size(const fsdp_trainer *t) { return t->be->dtype_size(t->be, t->opt.master_dtype); }
 
-size_t fsdp_trainer_snapshot_bytes(const fsdp_trainer *t) { return 3 * (size_t)total_shard(t) * master_size(t); }
+/* Master weights, first and second moments. */
+size_t fsdp_snapshot_bytes(int64_t shard_elems, size_t master_size) { return 3 * (size_t)shard_elems * master_size; }
+
+size_t fsdp_trainer_snapshot_bytes(const fsdp_trainer *t) { return fsdp_snapshot_bytes(total_shard(t), master_size(t)); }
 
 fsdp_dtype fsdp_trainer_snapshot_dtype(const fsdp_trainer *t) { return master_size(t) == 4 ? FSDP_F32 : FSDP_BF16; }
 

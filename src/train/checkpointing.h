@@ -37,6 +37,9 @@ void fsdp_ckpt_teardown(fsdp_trainer *t);
 /* The host buffer a snapshot of this rank's shards takes (master, m, v of every unit, master dtype
  * as stored on the device), and the pieces that describe it. */
 size_t fsdp_trainer_snapshot_bytes(const fsdp_trainer *t);
+/* The same from the shard's elements and the master dtype's size on the device (before the engine
+ * exists: the memory plan's engine.total_shard). */
+size_t fsdp_snapshot_bytes(int64_t shard_elems, size_t master_size);
 /* Copies the shards into `host` (fsdp_trainer_snapshot_bytes long) and waits for the copy. */
 void fsdp_trainer_snapshot(fsdp_trainer *t, void *host);
 /* The element type of snapshot buffers as the checkpoint writer sees them. */

@@ -1,23 +1,21 @@
-/* Host memory a run needs, estimated before anything is allocated, and the refusal (with the figures)
+/* Host memory a run needs, known before anything is allocated, and the refusal (with the figures)
  * of a run that cannot fit in the host's memory, instead of an out-of-memory kill minutes later or a
  * process that grows until the machine swaps.
  *
- * On the CPU backend the model's state and activations live in host memory: the engine's sharded
- * state (master weights, gradients, Adam moments, the compute-dtype copy), its rings of gathered
- * units and gradient buffers (the rules of src/shard/engine.c) and one micro-batch's activations
- * (fsdp_model_activation_bytes). On either backend the checkpoint snapshots take pinned host memory
- * (src/train/ckpt_saver.c). The ranks of a node share it: their needs are added and compared with
- * what the host can still give (MemAvailable, lowered by a cgroup v2 limit). Only what is certain
- * is counted (no library buffers), so a run refused here could never have run. GPU memory is not
- * counted here. */
+ * On the CPU backend everything the backend allocates lives in host memory: the run's memory plan
+ * (src/train/memory_plan.c: the engine's state and rings, the activations, the workspace), which
+ * equals the backend's max_reserved_bytes to the byte. On either backend the checkpoint snapshots
+ * take pinned host memory (src/train/ckpt_saver.c), which the plan does not count. The ranks of a
+ * node share the host: their needs are added and compared with what the host can still give
+ * (MemAvailable, lowered by a cgroup v2 limit). Only what is certain is counted (no library
+ * buffers, no transient op scratch), so a run refused here could never have run. GPU memory is the
+ * plan's business (--mbs auto, --memory-limit), not counted here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../base/watchdog.h"
 #include "checkpointing.h"
-
-#define SHARD_ALIGN 64 /* src/shard/engine.c */
 
 /* Bytes the host can still give: MemAvailable, lowered by a cgroup limit (SLURM, containers). */
 static double host_available(void) {
@@ -54,53 +52,19 @@ typedef struct {
     double device, snapshot; /* bytes per rank */
 } need;
 
-/* Ring bytes of units grouped by padded size, capacity rule of the engine's build_rings. */
-static double rings(const fsdp_trainer *t, const int64_t *padded, int per_unit, size_t esize) {
-    int n = t->layout.num_units;
-    double total = 0;
-    for (int u = 0; u < n; u++) {
-        int first = 1, count = 0, pinned = 0;
-        for (int v = 0; v < n; v++)
-            if (padded[v] == padded[u]) {
-                if (v < u) first = 0;
-                count++;
-                pinned += t->pinned[v];
-            }
-        if (!first) continue;
-        int cap = per_unit ? count : t->opt.max_live + pinned;
-        total += (double)(cap < count ? cap : count) * (double)padded[u] * (double)esize;
-    }
-    return total;
-}
-
+/* The run's memory plan (t->plan, made by fsdp_fit_choose with the micro-batch the run will use) is
+ * exactly what the backend allocates per rank: all of it host memory on the CPU backend. The plan
+ * does not count the checkpoint snapshot (host memory on either backend), which the first replica
+ * of every shard holds (the engine's replica groups: every rank for FULL and SHARD_GRAD_OP, rank 0
+ * for NO_SHARD, the first node for HYBRID). */
 static need estimate(const fsdp_trainer *t) {
     const fsdp_train_options *o = &t->opt;
-    fsdp_backend *be = t->be;
-    int world = t->topo.world;
-    int S = o->strategy == FSDP_NO_SHARD ? 1 : o->strategy == FSDP_HYBRID ? t->topo.node_size : world;
-    int R = world / (S > 0 ? S : 1);
-    size_t me = be->dtype_size(be, o->master_dtype), ce = be->dtype_size(be, o->compute_dtype);
-    size_t re = be->dtype_size(be, o->reduce_dtype);
-    int n = t->layout.num_units;
-    int64_t *padded = fsdp_xcalloc((size_t)n, sizeof *padded, "the memory plan");
-    double shard = 0;
-    for (int u = 0; u < n; u++) {
-        int64_t align = (int64_t)S * SHARD_ALIGN;
-        padded[u] = (t->layout.units[u].numel + align - 1) / align * align;
-        shard += (double)(padded[u] / S);
-    }
-    need r = {0, 0};
-    r.device = 4 * shard * (double)me;
-    if (o->compute_dtype != o->master_dtype) r.device += shard * (double)ce;
-    if (S > 1) r.device += rings(t, padded, o->strategy == FSDP_SHARD_GRAD_OP, ce);
-    if (!(S == 1 && R == 1 && o->reduce_dtype == o->master_dtype)) r.device += rings(t, padded, 0, re);
-    fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
-    r.device += (double)fsdp_model_activation_bytes(&t->cfg, &shape, be->dtype_size(be, be->act_dtype));
-    /* The first replica of every shard writes the checkpoints (src/train/ckpt_saver.c). */
+    need r = {(double)t->plan.reserved, 0};
     int writes = o->strategy == FSDP_NO_SHARD ? t->topo.rank == 0
                  : o->strategy == FSDP_HYBRID ? t->topo.node == 0 : 1;
-    if (o->ckpt_dir && writes) r.snapshot = 3 * shard * (double)me;
-    free(padded);
+    if (o->ckpt_dir && writes)
+        r.snapshot = (double)fsdp_snapshot_bytes(t->plan.engine.total_shard,
+                                                 fsdp_device_dtype_size(t->be->kind, o->master_dtype));
     return r;
 }
 
@@ -108,7 +72,7 @@ static double gb(double bytes) { return bytes / 1e9; }
 
 int fsdp_host_memory_check(fsdp_trainer *t, fsdp_err *err) {
     need mine = estimate(t);
-    int on_gpu = strcmp(t->be->name, "cpu") != 0;
+    int on_gpu = t->be->kind == FSDP_DEVICE_CUDA;
     /* The ranks of one node share its host memory. */
     double node[2] = {on_gpu ? mine.snapshot : mine.device + mine.snapshot, mine.snapshot};
     MPI_Comm comm;
@@ -118,12 +82,19 @@ int fsdp_host_memory_check(fsdp_trainer *t, fsdp_err *err) {
     FSDP_CHECK_MPI(MPI_Comm_size(comm, &local_ranks));
     FSDP_CHECK_MPI(MPI_Comm_free(&comm));
     double host = host_available();
-    if (host > 0 && node[0] > host)
+    if (host > 0 && node[0] > host) {
+        char plan[640] = "";
+        if (!on_gpu) {
+            char line[480];
+            fsdp_memory_plan_line(&t->plan, line, sizeof line);
+            snprintf(plan, sizeof plan, "; per rank, the plan for --mbs %d: %s", t->opt.mbs, line);
+        }
         fsdp_errf(err,
                   "this run needs at least %.2f GB of host memory on this node (%d rank(s); %.2f GB of it for "
-                  "checkpoint snapshots) but the host has %.2f GB available: %s",
-                  gb(node[0]), local_ranks, gb(node[1]), gb(host),
+                  "checkpoint snapshots) but the host has %.2f GB available%s: %s",
+                  gb(node[0]), local_ranks, gb(node[1]), gb(host), plan,
                   on_gpu ? "use more nodes, or no --ckpt-dir"
                          : "lower --mbs or --seq, use --strategy FULL, or more nodes");
+    }
     return fsdp_agree(&t->world, err);
 }

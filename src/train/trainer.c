@@ -147,7 +147,6 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
 }
 
 static void teardown(fsdp_trainer *t) {
-    fsdp_preemption_uninstall();
     if (t->be) fsdp_ckpt_teardown(t);
     if (t->metrics) fsdp_metrics_close(t->metrics);
     fsdp_data_close(&t->data);
@@ -514,7 +513,6 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         fsdp_log("nothing to do: the run is at step %d and --steps is %d\n", t->step, o->steps);
         return 0;
     }
-    fsdp_preemption_install();
     double start = fsdp_now(), timed_s = 0.0;
     int timed_steps = 0, stop = 0;
     t->first_step = t->step;
@@ -568,7 +566,11 @@ int fsdp_train(const fsdp_train_options *opt, fsdp_err *err) {
     memset(&t, 0, sizeof t);
     t.opt = *opt;
     t.world = MPI_COMM_WORLD;
+    /* From the start: a signal while the run is set up or loads its checkpoint (a minute for 7B) is
+     * kept and acted on at the first step boundary, instead of killing the rank. */
+    fsdp_preemption_install();
     int rc = run(&t, err);
     teardown(&t);
+    fsdp_preemption_uninstall();
     return rc;
 }

@@ -1,7 +1,8 @@
 """A real one-node SLURM cluster for tests, from Debian's packages (slurmctld, slurmd, munge).
 
 Everything the cluster owns lives in one private directory: its slurm.conf, munge key and socket,
-spool and state directories, pid and log files, and two free TCP ports. Nothing under /etc, /run or
+spool, state and TmpFS directories, pid and log files, and two free TCP ports; its job ids start at
+a random multiple of 100000. Nothing under /etc, /run or
 /var is touched, so two tests can each run a cluster on the same machine at the same time. Client
 commands reach the cluster through SLURM_CONF (in `cluster.env`, which every job inherits), and that
 marker is how stop() finds every process the cluster started, jobs included, and ends it.
@@ -15,7 +16,7 @@ marker is how stop() finds every process the cluster started, jobs included, and
         job = cluster.sbatch("jobs/ladder.slurm", ["--ntasks-per-node", "2"], env={"DEVICE": "cpu"}, cwd=work)
         state = cluster.wait(job, timeout=300)          # "COMPLETED", "FAILED", ...
         cluster.signal(job, "USR1", batch=True)         # scancel --signal=USR1 [--batch]
-        cluster.requeue(job); cluster.scancel(job)
+        cluster.requeue(job); cluster.scancel(job)      # (a requeued job waits requeue_delay s)
     finally:
         cluster.stop()                                  # every daemon and job process it started
 
@@ -23,6 +24,7 @@ Needs root (slurmd starts jobs as their users) and the packages tools/bootstrap.
 FSDP_KEEP_SLURM=1 keeps the cluster's directory (config, daemon logs) after stop() for debugging.
 """
 import os
+import random
 import shutil
 import signal as signals
 import socket
@@ -69,18 +71,23 @@ def _which(name):
 
 
 class SlurmCluster:
-    def __init__(self, cpus=None, gpus=0, memory_mb=None, extra_conf="", workdir=None):
+    def __init__(self, cpus=None, gpus=0, memory_mb=None, extra_conf="", workdir=None, requeue_delay=None):
         """cpus: CPUs the node offers (default: this machine's); gpus: stand-in `gpu` GRES the node
         offers, so job scripts asking for `--gres gpu:N` run unchanged (no real device is bound);
         memory_mb: the node's memory (default: half of this machine's; more than it has would
-        leave the node unusable); extra_conf: lines appended to slurm.conf (JobRequeue=1, say)."""
+        leave the node unusable); extra_conf: lines appended to slurm.conf (JobRequeue=1, say);
+        requeue_delay: seconds a requeued job waits before it may start again (SLURM's default is
+        120; it is the credential lifetime, AuthInfo's cred_expire, which slurm.conf(5) says
+        controls this wait too)."""
         self.cpus = cpus or os.cpu_count() or 1
         self.gpus = gpus
         self.memory_mb = memory_mb or max(1, _memory_mb() // 2)
         self.extra_conf = extra_conf
+        self.requeue_delay = requeue_delay
         self.dir = workdir
         self.procs = {}
         self.env = None
+        self.controller_started = None
         self.host = socket.gethostname().split(".")[0]
 
     # ---- life cycle ----
@@ -94,7 +101,7 @@ class SlurmCluster:
         # A short path: munge's socket name must fit in a UNIX socket address.
         self.dir = self.dir or tempfile.mkdtemp(prefix="fsdp-slurm-", dir="/tmp")
         os.chmod(self.dir, 0o755)
-        for sub in ("spool", "state", "munge"):
+        for sub in ("spool", "state", "munge", "tmp"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
         os.chmod(os.path.join(self.dir, "munge"), 0o700)
         self.conf = os.path.join(self.dir, "slurm.conf")
@@ -112,6 +119,9 @@ class SlurmCluster:
                                    "--seed-file=" + os.path.join(self.dir, "munge", "munged.seed")])
             self._wait_for(lambda: os.path.exists(self.munge_socket), 15, "munged's socket")
             self._spawn("slurmctld", [_which("slurmctld"), "-D", "-f", self.conf])
+            # slurmctld looks at time limits, and sends the signals of --signal=...@T, every 30 s
+            # from its start (PERIODIC_TIMEOUT): a test can time a job against it.
+            self.controller_started = time.time()
             self._spawn("slurmd", [_which("slurmd"), "-D", "-f", self.conf, "-N", self.host])
             self._wait_for(self._node_ready, timeout, "the node to register as idle")
         except Exception:
@@ -203,7 +213,9 @@ class SlurmCluster:
             cmd.append("--batch")
         if full:
             cmd.append("--full")
-        subprocess.run(cmd + [str(job_id)], env=self.env, check=True, capture_output=True, timeout=30)
+        p = subprocess.run(cmd + [str(job_id)], env=self.env, capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            raise SlurmError("%s %s failed (exit %d): %s" % (" ".join(cmd), job_id, p.returncode, p.stderr.strip()))
 
     def signal(self, job_id, signal, batch=False, full=False):
         self.scancel(job_id, signal=signal, batch=batch, full=full)
@@ -238,7 +250,8 @@ class SlurmCluster:
             "SlurmdPort=%d" % _free_port(),
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            "AuthInfo=socket=%s" % self.munge_socket,
+            "AuthInfo=socket=%s%s" % (self.munge_socket, ",cred_expire=%d" % self.requeue_delay
+                                      if self.requeue_delay else ""),
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
@@ -254,6 +267,10 @@ class SlurmCluster:
             "SlurmdLogFile=%s/slurmd.log" % d,
             "SlurmdSpoolDir=%s/spool" % d,
             "StateSaveLocation=%s/state" % d,
+            # Job steps keep files named by job id in TmpFS (the pmix plugin's spmix_appdir_UID_JOB.STEP):
+            # a private TmpFS, and job ids of their own, keep two clusters of one machine apart.
+            "TmpFS=%s/tmp" % d,
+            "FirstJobId=%d" % (random.randrange(1, 600) * 100000),
             "PlugStackConfig=%s/plugstack.conf" % d,
             "GresTypes=gpu" if self.gpus else "",
             "NodeName=%s NodeAddr=127.0.0.1 CPUs=%d RealMemory=%d%s State=UNKNOWN" %

@@ -1,8 +1,11 @@
 """Inputs that must not hang or run away: a FIFO or a device given where a file is expected is refused
 at once (--data, --model, --resume, --metrics, --ckpt-dir, fsdp verify); --seq beyond the model's
-positions needs --allow-longer-seq; a configuration that cannot fit in memory is refused before it
-allocates, with the figures; numbers in flags are decimal."""
+positions needs --allow-longer-seq; a configuration that cannot fit in host memory is refused before
+it allocates, with the figures, which are the memory plan's (plus the checkpoint snapshots); numbers
+in flags are decimal."""
+import json
 import os
+import re
 import sys
 import time
 
@@ -53,6 +56,36 @@ refused("llama-2-7b on this host's memory", 2, ["train", "--model", "llama-2-7b"
         ["this run needs at least", "GB of host memory on this node (2 rank(s)", "available"])
 refused("a micro-batch of 100000", 1, ["train", "--model", "tiny-llama", "--seq", "256", "--mbs", "100000"],
         ["needs at least", "GB of host memory"])
+
+
+def host_figures(what, nprocs, strategy, ckpt):
+    """The figures of the refusal are the memory plan's (fsdp plan --device cpu, the same defaults):
+    each rank's reserved bytes, plus the checkpoint snapshot (master weights and Adam m, v of the
+    shard) on every rank that writes checkpoints."""
+    ck = os.path.join(D, "never-made")
+    args = ["train", "--model", "llama-2-7b", "--steps", "1", "--device", "cpu", "--strategy", strategy]
+    rc, out, err = t.run(nprocs, args + (["--ckpt-dir", ck] if ckpt else []), timeout=60, check=False)
+    rc2, plan_out, _ = t.run(1, ["plan", "--model", "llama-2-7b", "--gpus", str(nprocs), "--device", "cpu",
+                                 "--strategy", strategy, "--json"], check=False)
+    m = re.search(r"needs at least ([0-9.]+) GB of host memory on this node \((\d+) rank\(s\); ([0-9.]+) GB of it for "
+                  r"checkpoint snapshots\)", err)
+    if rc == 0 or rc2 != 0 or not m:
+        t.fail("%s: refused with the figures (exit %d; plan exit %d): %s" % (what, rc, rc2, err[-600:]))
+        return
+    b = json.loads(plan_out)["bytes"]
+    writers = (1 if strategy == "NO_SHARD" else nprocs) if ckpt else 0
+    snapshot = writers * (b["master_weights"] + b["optimizer_states"])
+    need = nprocs * b["reserved"] + snapshot
+    said = (float(m.group(1)), int(m.group(2)), float(m.group(3)))
+    t.check(abs(said[0] - need / 1e9) < 0.006 and said[1] == nprocs and abs(said[2] - snapshot / 1e9) < 0.006 and
+            not os.path.exists(ck),
+            "%s: %.2f GB (%.2f of it snapshots) as the plan has it: %d x %.2f GB reserved + %d snapshot(s); said %s" %
+            (what, need / 1e9, snapshot / 1e9, nprocs, b["reserved"] / 1e9, writers, said))
+
+
+host_figures("llama-2-7b, FULL on 2 ranks", 2, "FULL", False)
+host_figures("llama-2-7b, FULL on 2 ranks with checkpoints", 2, "FULL", True)
+host_figures("llama-2-7b, NO_SHARD on 2 ranks with checkpoints", 2, "NO_SHARD", True)
 
 # Numbers are decimal.
 for flag, value in (("--lr", "0x10"), ("--lr", "inf"), ("--lr", " 1e-3"), ("--steps", "0x10"), ("--mbs", "+"),

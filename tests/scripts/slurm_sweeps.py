@@ -2,10 +2,15 @@
 runs jobs/ladder.slurm and jobs/strategies.slurm through sbatch, as a user submits them, in CPU mode
 at tiny sizes, and jobs/scaling.sh submits its points and its report job with a dependency. Then
 `fsdp report` over the results gives the course's tables, whose numbers are checked against the runs'
-metrics, and valid plots. Skips (77) only where SLURM cannot run: not root.
+metrics, and valid plots. A run whose ranks srun cannot launch (srun then exits 0) counts as failed.
+Skips (77) only where SLURM cannot run: not root.
 
-Until `fsdp train --mbs auto` exists the ladder's last rung runs with LAST_RUNG_MBS=4."""
+The ladder's last rung runs `--mbs auto`, as a user's does: in CPU mode jobs/common.sh caps each
+rank's memory (MEMORY_LIMIT, 32 MiB), and the micro-batch it trains with (the metrics summary's, so
+the report's) is the largest that `fsdp plan` fits there."""
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,8 +25,7 @@ start = time.time()
 work = t.tmpdir("slurm_sweeps")
 results = os.path.join(work, "results")
 # What a user sets for a test on CPUs: the rest are the scripts' defaults.
-env = {"DEVICE": "cpu", "FSDP_BIN": t.BIN, "RESULTS_DIR": results, "MICRO_BATCH_SIZE": "2", "LAST_RUNG_MBS": "4",
-       "MAX_STEPS": "3", "SEQUENCE_LEN": "32", "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+env = {"DEVICE": "cpu", "FSDP_BIN": t.BIN, "RESULTS_DIR": results, "MICRO_BATCH_SIZE": "2", "MAX_STEPS": "3", "SEQUENCE_LEN": "32", "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 # The scripts ask for 20 CPUs per GPU (MareNostrum 5); this node has a few.
 cpus = ["--cpus-per-task", "1"]
@@ -72,6 +76,23 @@ try:
         log = f.read()
     t.check(log.count("finished by an earlier job, skipped") == 4 and os.stat(metrics).st_mtime_ns == before,
             "it skips the four finished strategies and leaves their metrics alone")
+
+    # srun exits 0 when it cannot launch the ranks at all: such a run is a failure all the same. The
+    # launch is made to fail by a file where the pmix plugin makes the step's directory (in TmpFS,
+    # named spmix_appdir_UID_JOB.STEP).
+    broken = cluster.sbatch(os.path.join(JOBS, "strategies.slurm"),
+                            ["--nodes", "1", "--ntasks-per-node", "2", "--gres", "gpu:2", "--hold"] + cpus,
+                            env=dict(env, STRATEGIES="FULL", RESULTS_DIR=os.path.join(work, "broken")), cwd=work)
+    open(os.path.join(cluster.dir, "tmp", "spmix_appdir_%d_%s.0" % (os.getuid(), broken)), "w").close()
+    subprocess.run(["scontrol", "release", broken], env=cluster.env, check=True, capture_output=True, timeout=30)
+    state = cluster.wait(broken, timeout=60)
+    with open(os.path.join(work, "R-fsdp-strategies.%s.out" % broken)) as f:
+        log = f.read()
+    run = os.path.join(work, "broken", "strategies-tiny-llama-2gpu", "FULL-fp32-bf16-flash-mbs2")
+    t.check("launch failed" in log and state == "FAILED" and not os.path.exists(os.path.join(run, "done")) and
+            "srun exited 0, but fsdp train did not finish" in log and "%s (exit 1)" % run in log,
+            "a run whose ranks srun could not launch (srun exits 0) counts as failed (%s; %s)" %
+            (state, [l for l in log.splitlines() if l.startswith("==")][-3:]))
 except SlurmError as e:
     t.fail(str(e))
     for name in sorted(os.listdir(work)):
@@ -89,8 +110,20 @@ scaling_dir = os.path.join(results, "scaling-tiny-llama-FULL-mbs2")
 runs = rc.runs_under(results)
 rungs = sorted(os.path.basename(n) for n in runs if n.startswith("results/ladder-"))
 t.check(rungs == ["rung1-fp32-no-eager-mbs2", "rung2-fp32-bf16-eager-mbs2", "rung3-bf16-bf16-eager-mbs2",
-                  "rung4-bf16-bf16-flash-mbs2", "rung5-bf16-bf16-flash-mbs2", "rung6-bf16-bf16-flash-mbs4"],
+                  "rung4-bf16-bf16-flash-mbs2", "rung5-bf16-bf16-flash-mbs2", "rung6-bf16-bf16-flash-mbsauto"],
         "ladder.slurm ran the six rungs into folders named by their configuration")
+# --mbs auto: the largest micro-batch the plan fits in CPU mode's 32 MiB per rank, in the summary.
+rc6, plan_out, plan_err = t.run(1, ["plan", "--model", "tiny-llama", "--device", "cpu", "--seq", "32", "--mbs", "auto",
+                                    "--gpu-mem", "0.03125", "--model-precision", "bf16", "--mixed-precision", "bf16",
+                                    "--attn", "flash", "--json"], check=False)
+auto = json.loads(plan_out)["mbs"] if rc6 == 0 else None
+rung6 = runs.get("results/ladder-tiny-llama-1gpu/rung6-bf16-bf16-flash-mbsauto")
+with open(os.path.join(ladder_dir, "rung6-bf16-bf16-flash-mbsauto", "train.log")) as f:
+    chose = re.search(r"--mbs auto chose (\d+), the largest the memory plan fits in 32\.00 MiB per rank", f.read())
+t.check(auto and auto > 2 and rung6 and rung6["mbs"] == auto and chose and int(chose.group(1)) == auto and
+        rung6["global_batch"] == auto and rung6["max_reserved_bytes"] <= 32 << 20,
+        "rung 6 trained with --mbs auto's choice, %s (fsdp plan: %s; its log: %s), under the 32 MiB cap" %
+        (rung6 and rung6["mbs"], auto, chose and chose.group(0)))
 t.check(sorted(os.path.basename(n).split("-")[0] for n in runs if n.startswith("results/strategies-")) ==
         ["FULL", "HYBRID", "NO_SHARD", "SHARD_GRAD_OP"], "strategies.slurm ran every strategy")
 t.check(all(s and s["world_size"] == 2 and s["nodes"] == 1 for n, s in runs.items()
