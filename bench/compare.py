@@ -9,6 +9,7 @@ command, and the raw records) go to bench/results/DATE-DEVICE-SUITE.md and .json
   python3 bench/compare.py --suite fsdp2 --gpus 2      # 1 and 2 GPUs, FULL / SHARD_GRAD_OP / NO_SHARD
   python3 bench/compare.py --suite scaling --gpus 8    # Llama-3.2-1B and Llama-2-7B, every strategy, 1 and 8 GPUs
   python3 bench/compare.py --suite headline --only fsdp   # skip the reference (no ratios)
+  python3 bench/compare.py --suite recompute --gpus 2 --only fsdp   # activation recomputation (fsdp.c only)
 
 Each row is one run of each program; both report steady-state throughput (fsdp.c: every step but
 the first; torch_bench.py: after its warm-up steps).
@@ -40,8 +41,8 @@ MODELS = {"llama1b": ("llama-3.2-1b", "Llama-3.2-1B"), "opt13b": ("opt-1.3b", "O
           "llama2_7b": ("llama-2-7b", "Llama-2-7B")}
 
 
-def row(model, label, mbs, ours, ref, seq=1024, gpus=1):
-    return dict(model=model, label=label, mbs=mbs, ours=ours, ref=ref, seq=seq, gpus=gpus)
+def row(model, label, mbs, ours, ref, seq=1024, gpus=1, steps=None):
+    return dict(model=model, label=label, mbs=mbs, ours=ours, ref=ref, seq=seq, gpus=gpus, steps=steps)
 
 
 def suite(name, args):
@@ -88,6 +89,24 @@ def suite(name, args):
                     ref = None if strategy == "HYBRID" else ["fsdp", "--strategy", torch_strategy, "--attn", "sdpa"]
                     rows.append(row(model, "%s, %d GPU(s)" % (strategy, gpus), mbs, ours, ref, seq=seq, gpus=gpus))
         return rows
+    if name == "recompute":
+        # --recompute none / selective / full: at the same micro-batch (what recomputation costs in
+        # throughput) and at the largest micro-batch each fits (--mbs auto: what it buys). Then the
+        # issue's bar: Llama-2-7B at sequence 4096 on --gpus GPUs with --recompute full, against none
+        # at the same micro-batch and at full's largest. fsdp.c only: the reference has no checkpointing.
+        rows = []
+        for mode in ("none", "selective", "full"):
+            rows.append(row("llama1b", "--recompute %s, micro-batch 32" % mode, 32, best + ["--recompute", mode], None))
+        for mode in ("none", "selective", "full"):
+            rows.append(row("llama1b", "--recompute %s, largest micro-batch" % mode, "auto",
+                            best + ["--recompute", mode], None))
+        for mode in ("none", "selective", "full"):
+            rows.append(row("llama2_7b", "--recompute %s, sequence 4096, FULL" % mode, 4,
+                            best + ["--recompute", mode, "--strategy", "FULL"], None, seq=4096, gpus=args.gpus,
+                            steps=8))
+        rows.append(row("llama2_7b", "--recompute full, sequence 4096, FULL, largest micro-batch", "auto",
+                        best + ["--recompute", "full", "--strategy", "FULL"], None, seq=4096, gpus=args.gpus, steps=5))
+        return rows
     if name == "fsdp2":
         rows = []
         for gpus in (1, args.gpus):
@@ -95,7 +114,7 @@ def suite(name, args):
                 rows.append(row("llama1b", "%s, %d GPU(s)" % (strategy, gpus), 16, best + ["--strategy", strategy],
                                 ["fsdp", "--strategy", strategy, "--attn", "sdpa"], gpus=gpus))
         return rows
-    raise SystemExit("unknown suite %r (headline, ladder, fsdp2, scaling)" % name)
+    raise SystemExit("unknown suite %r (headline, ladder, fsdp2, scaling, recompute)" % name)
 
 
 def run(cmd, env, timeout):
@@ -108,12 +127,12 @@ def run(cmd, env, timeout):
 
 
 def run_fsdp(r, args, env, workdir):
-    metrics = os.path.join(workdir, "fsdp-%s-%d-%d-%s.jsonl" % (r["model"], r["mbs"], r["gpus"],
+    metrics = os.path.join(workdir, "fsdp-%s-%s-%d-%s.jsonl" % (r["model"], r["mbs"], r["gpus"],
                                                                re.sub(r"\W+", "_", r["label"])[:40]))
     if os.path.exists(metrics):
         os.remove(metrics)
     cmd = ["mpirun", "-np", str(r["gpus"]), "--bind-to", "none", args.fsdp, "train", "--model", MODELS[r["model"]][0],
-           "--seq", str(r["seq"]), "--mbs", str(r["mbs"]), "--steps", str(args.steps), "--lr", "1e-5",
+           "--seq", str(r["seq"]), "--mbs", str(r["mbs"]), "--steps", str(r.get("steps") or args.steps), "--lr", "1e-5",
            "--device", "cuda", "--log-every", "5", "--metrics", metrics] + r["ours"] + shlex.split(args.extra)
     rc, out = run(cmd, env, args.timeout)
     rec = dict(command=" ".join(shlex.quote(c) for c in cmd), rc=rc)
@@ -130,7 +149,9 @@ def run_fsdp(r, args, env, workdir):
                 step_ms.append(obj["step_ms"])
                 wait_ms.append(obj.get("comm_wait_ms", 0.0))
     if rc == 0 and summary:
-        rec.update(tps=summary["tokens_per_s_per_gpu"], gib=summary["max_reserved_gib"])
+        rec.update(tps=summary["tokens_per_s_per_gpu"], gib=summary["max_reserved_gib"], mbs=summary.get("mbs"),
+                   plan_gib=summary.get("plan_reserved_bytes", 0) / float(1 << 30),
+                   step_downs=summary.get("step_downs", 0))
         # Per-step times (the first, untimed step included) show how much a figure varies.
         rec.update(step_ms=step_ms, comm_wait_ms=wait_ms)
     else:
@@ -189,7 +210,8 @@ def write_results(base, args, device, stamp, env, results, done):
     for res in results:
         ours, ref = res["fsdp"], res["reference"]
         ratio = "%.2fx" % (ours["tps"] / ref["tps"]) if "tps" in ours and "tps" in ref else "-"
-        lines.append("| " + " | ".join([MODELS[res["model"]][1], res["label"], str(res["gpus"]), str(res["mbs"])] +
+        mbs = str(ours.get("mbs") or res["mbs"])  # --mbs auto: the one chosen
+        lines.append("| " + " | ".join([MODELS[res["model"]][1], res["label"], str(res["gpus"]), mbs] +
                                        fmt(ours, res["model"], res["seq"]) + fmt(ref, res["model"], res["seq"]) +
                                        [ratio]) + " |")
     table = "\n".join(lines)

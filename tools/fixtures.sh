@@ -14,6 +14,9 @@ cd "$(dirname "$0")/.."
 dir=${FSDP_FIXTURES:-$PWD/build/fixtures}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
+# Tests running in parallel may call this together: one at a time, the others then find it done.
+exec 9>"$dir/.lock"
+flock 9
 
 need=()
 command -v node >/dev/null 2>&1 || need+=(nodejs)

@@ -19,7 +19,7 @@ static const char *const MIXED[] = {"no", "bf16", NULL};
 static const char *const REDUCE[] = {"auto", "fp32", "bf16", NULL};
 static const char *const ATTN[] = {"eager", "flash", NULL};
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
-static const char *const RECOMPUTE[] = {"none", "full", "selective", NULL};
+static const char *const RECOMPUTE[] = {"none", "selective", "full", NULL};
 static const char *const DEVICES[] = {"cuda", "cpu", NULL};
 
 static const char EPILOGUE[] =
@@ -62,6 +62,36 @@ static void row(const char *what, size_t bytes, const char *note) {
     printf("  %-50s %8.2f%s%s\n", what, (double)bytes / g_unit.bytes, note ? "   " : "", note ? note : "");
 }
 
+/* The arena's parts under the recomputation mode: what every layer keeps, the one layer that
+ * recomputation fills in the backward, and the rest. */
+static void print_activation_parts(const plan_report *r) {
+    const fsdp_activation_parts *a = &r->plan.activation_parts;
+    int L = r->cfg->num_layers, swiglu = r->cfg->family->mlp == FSDP_MLP_SWIGLU;
+    int eager = r->o->attn == FSDP_ATTN_EAGER;
+    char what[96], note[160];
+    snprintf(what, sizeof what, "  kept by the %d layers for the backward", L);
+    switch (r->o->recompute) {
+    case FSDP_RECOMPUTE_FULL:
+        snprintf(note, sizeof note, "--recompute full: each layer's input (the residual stream)");
+        break;
+    case FSDP_RECOMPUTE_SELECTIVE:
+        snprintf(note, sizeof note, "--recompute selective: inputs, q|k|v, attention outputs, residuals, %s%s",
+                 swiglu ? "gate|up" : "relu(fc1)", eager ? "" : ", lse");
+        break;
+    default:
+        snprintf(note, sizeof note, "--recompute none: every tensor the backward reads%s",
+                 eager ? " (seq x seq probabilities included)" : "");
+    }
+    row(what, a->layers, note);
+    if (r->o->recompute == FSDP_RECOMPUTE_FULL)
+        snprintf(note, sizeof note, "the layer whose forward the backward runs again");
+    else
+        snprintf(note, sizeof note, "the norms%s%s, recomputed in the backward", swiglu ? ", SwiGLU" : "",
+                 eager ? ", probabilities and lse" : "");
+    if (r->o->recompute != FSDP_RECOMPUTE_NONE) row("  one layer's recomputed tensors", a->recompute, note);
+    row("  backward scratch, LM-head chunk, last output", a->other, NULL);
+}
+
 static void print_text(const plan_report *r) {
     const fsdp_train_options *o = r->o;
     const fsdp_memory_plan *p = &r->plan;
@@ -75,12 +105,13 @@ static void print_text(const plan_report *r) {
     printf("fsdp plan: %s (%s), %.2f%s parameters\n", r->cfg->name, model, params >= 1e9 ? params / 1e9 : params / 1e6,
            params >= 1e9 ? "B" : "M");
     printf("%d %s%s on %d node%s (%s) | %s: shard group %d, replica group %d | %s master, %s compute, %s reduce | "
-           "%s attention | embedding gradient %s | dropout %s\n",
+           "%s attention | embedding gradient %s | recompute %s | dropout %s\n",
            r->place.world, unit, r->place.world > 1 ? "s" : "", r->nodes, r->nodes > 1 ? "s" : "",
            r->gpu_name && *r->gpu_name ? r->gpu_name : fsdp_device_kind_name(r->place.device),
            fsdp_strategy_name(o->strategy), e->shard_size, e->replica_size, fsdp_dtype_name(o->master_dtype),
            fsdp_dtype_name(o->compute_dtype), fsdp_dtype_name(o->reduce_dtype),
-           o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", p->embed_rows ? "rows" : "dense", dropout);
+           o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", p->embed_rows ? "rows" : "dense",
+           fsdp_recompute_name(o->recompute), dropout);
     printf("micro-batch %d x sequence %d", o->mbs, o->seq);
     if (o->global_batch) printf(" x %d accumulation = global batch %d", o->grad_accum, o->global_batch);
     char b[32], n[32];
@@ -107,6 +138,7 @@ static void print_text(const plan_report *r) {
     if (e->grad_rows) row("gradient rows of every rank (embedding)", e->grad_rows, NULL);
     if (e->staging) row("copy-engine reduction staging", e->staging, NULL);
     row("activations (one micro-batch, the model's arena)", p->activations, NULL);
+    print_activation_parts(r);
     snprintf(note, sizeof note, "cuBLASLt %.2f, GEMM tuning %.2f, op scratch %.2f",
              (double)p->workspace.lt_workspace / g_unit.bytes, (double)p->workspace.tune_scratch / g_unit.bytes,
              (double)p->workspace.op_scratch / g_unit.bytes);
@@ -157,6 +189,12 @@ static json_t *plan_json(const plan_report *r) {
     fsdp_model_shape shape = fsdp_plan_model_shape(r->cfg, o);
     json_object_set_new(v, "dropout", fsdp_json_number(shape.dropout.hidden));
     json_object_set_new(v, "attention_dropout", fsdp_json_number(shape.dropout.attention));
+    json_object_set_new(v, "recompute", json_string(fsdp_recompute_name(o->recompute)));
+    const fsdp_activation_parts *ap = &p->activation_parts;
+    json_t *parts = json_pack("{s:I, s:I, s:I}", "kept_by_layers", (json_int_t)ap->layers, "recomputed_layer",
+                              (json_int_t)ap->recompute, "other", (json_int_t)ap->other);
+    if (!parts) fsdp_fatal("out of host memory building the plan's JSON");
+    json_object_set_new(v, "activation_parts", parts);
     if (o->mbs_auto) {
         json_object_set_new(v, "next_mbs", json_integer(r->next_mbs));
         json_object_set_new(v, "next_mbs_total_gib", fsdp_json_number(fsdp_gib(r->next.total)));
@@ -194,7 +232,8 @@ int fsdp_cmd_plan(int argc, char **argv) {
          REDUCE, 0},
         {"attn", FSDP_ARG_CHOICE, &attn, "A", "eager keeps the seq x seq probabilities; flash does not.", 1, 0, ATTN, 0},
         {"recompute", FSDP_ARG_CHOICE, &recompute, "R",
-         "Activation recomputation (not yet available: only none).", 1, 0, RECOMPUTE, 0},
+         "As fsdp train: what a layer keeps for its backward (none: everything; selective: the matrix products' "
+         "outputs; full: only its input, the layer's forward is run again in the backward).", 1, 0, RECOMPUTE, 0},
         {"embedding-grads", FSDP_ARG_CHOICE, &embed_grads, "M", "As fsdp train.", 1, 0, EMBED_GRADS, 0},
         {"dropout", FSDP_ARG_STRING, &dropout, "P",
          "As fsdp train: a rate for every dropout of the model (default: the config's). Dropout after attention and "
@@ -224,9 +263,6 @@ int fsdp_cmd_plan(int argc, char **argv) {
         fsdp_usagef(&err, "plan: --strategy '%s' is not one of: FULL, SHARD_GRAD_OP, NO_SHARD, HYBRID", strategy);
     else if (gpus % nodes)
         fsdp_usagef(&err, "plan: --nodes %d does not divide the %d GPUs", nodes, gpus);
-    else if (strcmp(recompute, "none"))
-        fsdp_usagef(&err, "plan: --recompute %s is not yet available: fsdp.c keeps every activation of a micro-batch "
-                          "(plan with --recompute none)", recompute);
     else if (global_batch && global_batch % gpus)
         fsdp_usagef(&err, "plan: --global-batch %d is not a multiple of the %d GPUs", global_batch, gpus);
     else if (fsdp_cli_parse_mbs("plan", mbs_text, &o.mbs, &o.mbs_auto, &err) == 0)
@@ -237,6 +273,7 @@ int fsdp_cmd_plan(int argc, char **argv) {
     o.compute_dtype = (o.master_dtype == FSDP_BF16 || !strcmp(mixed_precision, "bf16")) ? FSDP_BF16 : FSDP_F32;
     o.reduce_dtype = !strcmp(reduce_dtype, "auto") ? o.master_dtype : !strcmp(reduce_dtype, "bf16") ? FSDP_BF16 : FSDP_F32;
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
+    fsdp_recompute_parse(recompute, &o.recompute); /* one of the choices: the parser checked */
     o.embed_grads = !strcmp(embed_grads, "rows")    ? FSDP_EMBED_GRADS_ROWS
                     : !strcmp(embed_grads, "dense") ? FSDP_EMBED_GRADS_DENSE
                                                     : FSDP_EMBED_GRADS_AUTO;
@@ -279,9 +316,10 @@ int fsdp_cmd_plan(int argc, char **argv) {
             fsdp_memory_plan_compute(&cfg, &o, &r.place, &r.plan);
             char b[32], t[32], res[32];
             fsdp_errf(&err, "plan: not even a micro-batch of 1%s fits in %s per GPU: it needs %s (%s reserved by "
-                            "fsdp.c); use more GPUs, a sharding strategy or --model-precision bf16",
+                            "fsdp.c); use more GPUs, a sharding strategy%s or --model-precision bf16",
                       global_batch ? " dividing the --global-batch" : "", fsdp_bytes_text((double)r.budget, b),
-                      fsdp_bytes_text((double)r.plan.total, t), fsdp_bytes_text((double)r.plan.reserved, res));
+                      fsdp_bytes_text((double)r.plan.total, t), fsdp_bytes_text((double)r.plan.reserved, res),
+                      o.recompute == FSDP_RECOMPUTE_FULL ? "" : ", --recompute full");
             fsdp_exit_error(&err, 0);
         }
         fsdp_train_options up = o;

@@ -17,6 +17,7 @@ static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GATHER_ENGINES[] = {"sm", "copy", NULL};
 static const char *const PACKINGS[] = {"auto", "stream", "pad", NULL};
+static const char *const RECOMPUTE[] = {"none", "selective", "full", NULL};
 
 int fsdp_cli_parse_mbs(const char *command, const char *text, int *mbs, int *is_auto, fsdp_err *err) {
     *is_auto = !strcmp(text, "auto");
@@ -56,7 +57,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     fsdp_err err = {0};
     const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
     const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
-    const char *gather_engine = "sm", *reduce_engine = "sm", *packing = "auto", *eval_data = NULL;
+    const char *gather_engine = "sm", *reduce_engine = "sm", *packing = "auto", *eval_data = NULL, *recompute = "none";
     int eval_every = 0;
     double epochs = 0.0;
     const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL, *mbs_text = "4", *init_from = NULL;
@@ -127,6 +128,12 @@ int fsdp_cmd_train(int argc, char **argv) {
         {"attn", FSDP_ARG_CHOICE, &attn, "A",
          "Attention: eager materialises the seq x seq probabilities (the course's baseline); flash does not.", 1, 0,
          ATTN, 0},
+        {"recompute", FSDP_ARG_CHOICE, &recompute, "R",
+         "Activation recomputation (gradient checkpointing): none keeps every activation of a micro-batch for the "
+         "backward; selective keeps the matrix products' outputs and recomputes the norms, the SwiGLU activation "
+         "and eager attention's probabilities; full keeps only each layer's input and recomputes the layer's "
+         "forward in the backward (least memory, about one more forward of compute). The gradients are the same.",
+         1, 0, RECOMPUTE, 0},
         {"embedding-grads", FSDP_ARG_CHOICE, &embed_grads, "M",
          "Token-embedding gradient: dense reduce-scatters the whole matrix; rows gathers only the rows the batch "
          "touched (fp32 master weights); auto picks rows when that moves fewer bytes.", 1, 0, EMBED_GRADS, 0},
@@ -272,6 +279,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.reduce_dtype = !strcmp(reduce_dtype, "auto") ? o.master_dtype : !strcmp(reduce_dtype, "bf16") ? FSDP_BF16 : FSDP_F32;
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
     o.head_chunk = head_chunk;
+    fsdp_recompute_parse(recompute, &o.recompute); /* one of the choices: the parser checked */
     o.embed_grads = !strcmp(embed_grads, "rows")    ? FSDP_EMBED_GRADS_ROWS
                     : !strcmp(embed_grads, "dense") ? FSDP_EMBED_GRADS_DENSE
                                                     : FSDP_EMBED_GRADS_AUTO;

@@ -6,152 +6,8 @@
 #include <string.h>
 
 #include "../base/error.h"
+#include "model_internal.h"
 #include "unit_params.h"
-
-/* Saved activations of one transformer layer (pointers into the arena). */
-typedef struct {
-    void *res_in;           /* [N,C] input of the layer (the residual stream) */
-    void *ln1;              /* [N,C] */
-    float *ln1_mean, *ln1_rstd;
-    void *qkv;              /* [N,QKV] after rotary */
-    void *att;              /* [N,Q] attention output (before o_proj) */
-    float *lse;             /* [B,Hq,T] */
-    void *probs;            /* [B,Hq,T,T], eager only */
-    void *res_mid;          /* [N,C] after the attention residual add */
-    void *ln2;
-    float *ln2_mean, *ln2_rstd;
-    void *fc;               /* SwiGLU: gate|up [N,2F]; ReLU: relu(fc1) [N,F] */
-    void *fc_act;           /* SwiGLU: its output [N,F]; ReLU: == fc */
-} layer_acts;
-
-struct fsdp_model {
-    fsdp_backend *be;
-    fsdp_model_config cfg;
-    const fsdp_layout *layout;
-    int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V;
-    int chunk_rows;
-    fsdp_attn attn;
-    int rms, swiglu, rope; /* the family's norm, MLP and position kinds */
-    int pos_offset;        /* learned positions: table row of position 0 */
-    int padding_idx;       /* token embedding row without input gradient, or -1 */
-    size_t ae, ge; /* bytes per act / grad element */
-    fsdp_dropout_rates rates; /* of training micro-batches (the shape's) */
-    int training;             /* fsdp_model_set_dropout: drop at `rates` */
-    uint64_t drop_seed;
-    int64_t sample_base;
-
-    void *arena;
-    size_t arena_bytes;
-    int32_t *tokens, *targets;
-    float *cos_sin;
-    layer_acts *layers;
-    void *res_out; /* [N,C] output of the last layer */
-    void *lnf;
-    float *lnf_mean, *lnf_rstd;
-    /* backward scratch, shared by all layers */
-    void *dres, *dln, *dqkv, *datt, *dfc, *dh, *logits;
-    float *losses;
-    /* With residual dropout only: a block's attention or MLP output before the norm that drops it
-     * into the residual stream, and in backward the gradient of that output. */
-    void *branch, *dbranch;
-};
-
-/* ---- arena planning: the same walk sizes the arena and carves it ---- */
-
-typedef struct {
-    char *base; /* NULL while only measuring */
-    size_t used;
-} carver;
-
-static void *carve(carver *c, size_t bytes) {
-    size_t off = (c->used + 255) & ~(size_t)255;
-    c->used = off + bytes;
-    return c->base ? c->base + off : NULL;
-}
-
-typedef struct {
-    int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V, L, chunk, rms, swiglu;
-    int residual_dropout; /* branch buffers exist */
-    fsdp_attn attn;
-    size_t ae;
-} dims;
-
-static dims make_dims(const fsdp_model_config *cfg, const fsdp_model_shape *s, size_t ae) {
-    dims d;
-    d.B = s->batch, d.T = s->seq, d.N = s->batch * s->seq;
-    d.C = cfg->hidden_size, d.F = cfg->intermediate_size;
-    d.Hq = cfg->num_heads, d.Hkv = cfg->num_kv_heads, d.D = cfg->head_dim;
-    d.Q = d.Hq * d.D, d.QKV = (d.Hq + 2 * d.Hkv) * d.D, d.V = cfg->vocab_size, d.L = cfg->num_layers;
-    d.rms = cfg->family->norm == FSDP_NORM_RMS;
-    d.swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU;
-    d.attn = s->attn;
-    d.residual_dropout = s->dropout.hidden > 0.0f;
-    d.ae = ae;
-    int chunk = s->head_chunk_rows;
-    if (chunk <= 0) {
-        /* About 512 MiB of logits per chunk: large enough for efficient products, small next to
-         * the full [N, V] logits it replaces. */
-        size_t rows = ((size_t)512 << 20) / ((size_t)d.V * ae);
-        chunk = rows > 128 ? (int)(rows / 128 * 128) : 128;
-    }
-    d.chunk = chunk < d.N ? chunk : d.N;
-    return d;
-}
-
-static void plan(carver *c, const dims *d, fsdp_model *m) {
-    size_t N = (size_t)d->N, ae = d->ae;
-    size_t fc_cols = d->swiglu ? 2 * (size_t)d->F : (size_t)d->F;
-    int32_t *tokens = carve(c, N * sizeof(int32_t));
-    int32_t *targets = carve(c, N * sizeof(int32_t));
-    float *cos_sin = carve(c, (size_t)d->T * d->D * sizeof(float));
-    for (int l = 0; l < d->L; l++) {
-        layer_acts a;
-        memset(&a, 0, sizeof a);
-        a.res_in = carve(c, N * d->C * ae);
-        a.ln1 = carve(c, N * d->C * ae);
-        if (!d->rms) a.ln1_mean = carve(c, N * sizeof(float));
-        a.ln1_rstd = carve(c, N * sizeof(float));
-        a.qkv = carve(c, N * d->QKV * ae);
-        a.att = carve(c, N * d->Q * ae);
-        a.lse = carve(c, (size_t)d->B * d->Hq * d->T * sizeof(float));
-        if (d->attn == FSDP_ATTN_EAGER) a.probs = carve(c, (size_t)d->B * d->Hq * d->T * d->T * ae);
-        a.res_mid = carve(c, N * d->C * ae);
-        a.ln2 = carve(c, N * d->C * ae);
-        if (!d->rms) a.ln2_mean = carve(c, N * sizeof(float));
-        a.ln2_rstd = carve(c, N * sizeof(float));
-        a.fc = carve(c, N * fc_cols * ae);
-        a.fc_act = d->swiglu ? carve(c, N * d->F * ae) : a.fc;
-        if (m) m->layers[l] = a;
-    }
-    void *res_out = carve(c, N * d->C * ae);
-    void *lnf = carve(c, N * d->C * ae);
-    float *lnf_mean = d->rms ? NULL : carve(c, N * sizeof(float));
-    float *lnf_rstd = carve(c, N * sizeof(float));
-    void *dres = carve(c, N * d->C * ae);
-    void *dln = carve(c, N * d->C * ae);
-    void *dqkv = carve(c, N * d->QKV * ae);
-    void *datt = carve(c, N * d->Q * ae);
-    void *dfc = carve(c, N * fc_cols * ae);
-    void *dh = d->swiglu ? carve(c, N * d->F * ae) : NULL;
-    void *logits = carve(c, (size_t)d->chunk * d->V * ae);
-    float *losses = carve(c, N * sizeof(float));
-    void *branch = d->residual_dropout ? carve(c, N * d->C * ae) : NULL;
-    void *dbranch = d->residual_dropout ? carve(c, N * d->C * ae) : NULL;
-    if (m) {
-        m->tokens = tokens, m->targets = targets, m->cos_sin = cos_sin;
-        m->res_out = res_out, m->lnf = lnf, m->lnf_mean = lnf_mean, m->lnf_rstd = lnf_rstd;
-        m->dres = dres, m->dln = dln, m->dqkv = dqkv, m->datt = datt, m->dfc = dfc, m->dh = dh;
-        m->logits = logits, m->losses = losses;
-        m->branch = branch, m->dbranch = dbranch;
-    }
-}
-
-size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_model_shape *shape, size_t act_esize) {
-    dims d = make_dims(cfg, shape, act_esize);
-    carver c = {NULL, 0};
-    plan(&c, &d, NULL);
-    return c.used;
-}
 
 /* ---- creation ---- */
 
@@ -170,6 +26,11 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
         fsdp_errf(err, "micro-batch x sequence (%lld tokens) is too large", (long long)shape->batch * shape->seq);
         return NULL;
     }
+    if (shape->recompute != FSDP_RECOMPUTE_NONE && shape->recompute != FSDP_RECOMPUTE_SELECTIVE &&
+        shape->recompute != FSDP_RECOMPUTE_FULL) {
+        fsdp_errf(err, "unknown activation recomputation mode %d", (int)shape->recompute);
+        return NULL;
+    }
     if (!fsdp_dropout_rate_ok(shape->dropout.hidden) || !fsdp_dropout_rate_ok(shape->dropout.attention)) {
         fsdp_errf(err, "dropout rates %g and %g must lie in [0, 1)", (double)shape->dropout.hidden,
                   (double)shape->dropout.attention);
@@ -181,22 +42,18 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
     m->layout = layout;
     m->ae = be->dtype_size(be, be->act_dtype);
     m->ge = be->dtype_size(be, be->grad_dtype);
-    dims d = make_dims(cfg, shape, m->ae);
+    fsdp_model_dims d = fsdp_model_make_dims(cfg, shape, m->ae);
     m->B = d.B, m->T = d.T, m->N = d.N, m->C = d.C, m->F = d.F, m->Hq = d.Hq, m->Hkv = d.Hkv, m->D = d.D;
-    m->QKV = d.QKV, m->Q = d.Q, m->V = d.V, m->chunk_rows = d.chunk, m->attn = d.attn;
+    m->QKV = d.QKV, m->Q = d.Q, m->V = d.V, m->chunk_rows = d.chunk, m->attn = d.attn, m->recompute = d.recompute;
     m->rms = d.rms, m->swiglu = d.swiglu, m->rope = cfg->family->pos == FSDP_POS_ROPE;
     m->pos_offset = cfg->family->pos_offset;
     m->padding_idx = fsdp_model_padding_idx(cfg);
     m->rates = shape->dropout;
     m->layers = fsdp_xcalloc((size_t)cfg->num_layers, sizeof *m->layers, "layer activations");
 
-    carver c = {NULL, 0};
-    plan(&c, &d, NULL);
-    m->arena_bytes = c.used;
+    m->arena_bytes = fsdp_model_arena_walk(&d, NULL, NULL, NULL);
     m->arena = be->alloc(be, m->arena_bytes, "activations");
-    c.base = m->arena;
-    c.used = 0;
-    plan(&c, &d, m);
+    fsdp_model_arena_walk(&d, m->arena, m, NULL);
 
     float *table = fsdp_xmalloc((size_t)d.T * d.D * sizeof(float), "the rotary table");
     fsdp_model_rope_table(cfg, d.T, table);
@@ -305,44 +162,76 @@ void fsdp_model_embed_forward(fsdp_model *m, const void *embed_params) {
     be->embedding_forward(be, m->layers[0].res_in, m->tokens, wte, wpe, m->pos_offset, m->N, m->T, m->C);
 }
 
+/* A layer from its first norm's output on: q|k|v, rotary, attention, the output projection with
+ * the residual add (with residual dropout: into branch, added and dropped by the post-attention
+ * norm), the post-attention norm, and the MLP's first product and activation. Everything but the
+ * last product: what block_backward reads, and what FULL recomputes. */
+static void layer_body(fsdp_model *m, int layer, layer_acts *a, const block_ptrs *w) {
+    fsdp_backend *be = m->be;
+    int N = m->N, C = m->C;
+    fsdp_dropout d_probs, d_attn;
+    be->matmul_forward(be, a->qkv, a->ln1, w->wqkv, w->bqkv, NULL, N, C, m->QKV, 0);
+    if (m->rope) be->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
+    be->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
+                          dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
+    if (residual_dropping(m)) {
+        be->matmul_forward(be, m->branch, a->att, w->wo, w->bo, NULL, N, m->Q, C, 0);
+        norm_dropout_forward(m, a->res_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_in, m->branch, w->ln2w, w->ln2b,
+                             dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT));
+    } else {
+        be->matmul_forward(be, a->res_mid, a->att, w->wo, w->bo, a->res_in, N, m->Q, C, 0);
+        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
+    }
+    if (m->swiglu) {
+        be->matmul_forward(be, a->fc, a->ln2, w->w1, w->b1, NULL, N, C, 2 * m->F, 0);
+        be->swiglu_forward(be, a->fc_act, a->fc, N, m->F);
+    } else {
+        be->matmul_forward(be, a->fc, a->ln2, w->w1, w->b1, NULL, N, C, m->F, 1);
+    }
+}
+
 void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
     fsdp_backend *be = m->be;
     layer_acts *a = &m->layers[layer];
     block_ptrs w = block_view(m, layer, params, m->ae);
-    int N = m->N, C = m->C;
-
     const int dropping = residual_dropping(m);
-    fsdp_dropout d_mlp, d_probs, d_attn;
+    fsdp_dropout d_mlp;
 
     if (dropping && layer > 0) /* completes the previous layer's output: its MLP branch, dropped */
         norm_dropout_forward(m, a->res_in, a->ln1, a->ln1_mean, a->ln1_rstd, m->layers[layer - 1].res_mid, m->branch,
                              w.ln1w, w.ln1b, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));
     else
         norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w.ln1w, w.ln1b);
-    be->matmul_forward(be, a->qkv, a->ln1, w.wqkv, w.bqkv, NULL, N, C, m->QKV, 0);
-    if (m->rope) be->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
-    be->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
-                          dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
-    if (dropping) {
-        be->matmul_forward(be, m->branch, a->att, w.wo, w.bo, NULL, N, m->Q, C, 0);
-        norm_dropout_forward(m, a->res_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_in, m->branch, w.ln2w, w.ln2b,
-                             dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT));
-    } else {
-        be->matmul_forward(be, a->res_mid, a->att, w.wo, w.bo, a->res_in, N, m->Q, C, 0);
-        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w.ln2w, w.ln2b);
-    }
-
-    if (m->swiglu) {
-        be->matmul_forward(be, a->fc, a->ln2, w.w1, w.b1, NULL, N, C, 2 * m->F, 0);
-        be->swiglu_forward(be, a->fc_act, a->fc, N, m->F);
-    } else {
-        be->matmul_forward(be, a->fc, a->ln2, w.w1, w.b1, NULL, N, C, m->F, 1);
-    }
+    layer_body(m, layer, a, &w);
     /* Dropping: the next layer's input norm (or the final norm) adds the MLP output to res_mid. */
     if (dropping)
-        be->matmul_forward(be, m->branch, a->fc_act, w.w2, w.b2, NULL, N, m->F, C, 0);
+        be->matmul_forward(be, m->branch, a->fc_act, w.w2, w.b2, NULL, m->N, m->F, m->C, 0);
     else
-        be->matmul_forward(be, layer_output(m, layer), a->fc_act, w.w2, w.b2, a->res_mid, N, m->F, C, 0);
+        be->matmul_forward(be, layer_output(m, layer), a->fc_act, w.w2, w.b2, a->res_mid, m->N, m->F, m->C, 0);
+}
+
+/* ---- recomputation: what block_backward reads of a layer that the layer did not keep ---- */
+
+/* Where a dropped branch joins the residual stream the forward ran a norm fused with the dropout
+ * (*norm_dropout_forward); those ops normalise the stored (rounded) residual row exactly as the
+ * plain norm does, so the plain norm of the kept residual recomputes their output. */
+static void recompute_layer(fsdp_model *m, int layer, layer_acts *a, const block_ptrs *w) {
+    fsdp_backend *be = m->be;
+    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1w, w->ln1b);
+    if (m->recompute == FSDP_RECOMPUTE_FULL) {
+        layer_body(m, layer, a, w);
+        return;
+    }
+    /* SELECTIVE: the products' outputs are kept. Eager attention's probabilities (and lse) come from
+     * a second run of its forward, whose output, equal to the kept one, lands in datt: the backward
+     * overwrites datt before it reads it. */
+    if (m->attn == FSDP_ATTN_EAGER) {
+        fsdp_dropout d_probs;
+        be->attention_forward(be, m->attn, m->datt, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
+                              dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
+    }
+    norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
+    if (m->swiglu) be->swiglu_forward(be, a->fc_act, a->fc, m->N, m->F);
 }
 
 /* ---- head: final norm, chunked LM head + cross-entropy, and their backward ---- */
@@ -414,6 +303,7 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
     block_ptrs w = block_view(m, layer, params, m->ae);
     block_ptrs g = block_view(m, layer, grads, m->ge);
     int N = m->N, C = m->C;
+    if (m->recompute != FSDP_RECOMPUTE_NONE) recompute_layer(m, layer, a, &w);
 
     const int dropping = residual_dropping(m);
     fsdp_dropout d_attn, d_probs, d_mlp;

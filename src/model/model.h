@@ -19,6 +19,20 @@
  * output is completed by the next unit's forward, and its backward reads the branch gradient the
  * next unit's backward wrote. The embedding output (layer 0's input) is never dropped.
  *
+ * Activation recomputation (the shape's `recompute`): what a layer keeps from its forward for its
+ * backward. NONE keeps every saved tensor of every layer. SELECTIVE keeps, per layer, the residual
+ * stream entering it and the matrix products' outputs (q|k|v after rotary, the attention output,
+ * the residual after o_proj, the MLP's first product: gate|up or relu(fc1)) and with flash the
+ * softmax statistics (lse); block_backward recomputes the two norms, the SwiGLU output and, with
+ * eager attention, the probabilities (a second run of the attention forward) into one shared
+ * layer's worth of buffers. FULL keeps only the residual stream entering each layer and
+ * block_backward re-runs the layer's forward (all but its last product, whose output the backward
+ * does not need) into that shared layer. The recomputation runs the forward's own ops on the
+ * forward's own inputs and draws the same dropout masks (from fsdp_model_set_dropout's state, which
+ * stays valid from a micro-batch's forward to its backward), so the gradients are those of NONE bit
+ * for bit wherever the backend's ops are deterministic (docs/DESIGN.md, "Activation
+ * recomputation").
+ *
  * Nothing here knows about sharding or communication. */
 #ifndef FSDP_MODEL_MODEL_H
 #define FSDP_MODEL_MODEL_H
@@ -32,16 +46,36 @@
 
 typedef struct fsdp_model fsdp_model;
 
+/* What a layer keeps for its backward (--recompute; see above). */
+typedef enum { FSDP_RECOMPUTE_NONE = 0, FSDP_RECOMPUTE_SELECTIVE = 1, FSDP_RECOMPUTE_FULL = 2 } fsdp_recompute;
+
+/* "none", "selective", "full". */
+const char *fsdp_recompute_name(fsdp_recompute r);
+/* The mode a name stands for; -1 when it is none of the three. */
+int fsdp_recompute_parse(const char *name, fsdp_recompute *out);
+
 typedef struct {
     int batch;           /* micro-batch size B */
     int seq;             /* sequence length T */
     fsdp_attn attn;
     int head_chunk_rows; /* tokens per LM-head chunk; 0 picks a chunk of about 512 MiB of logits */
     fsdp_dropout_rates dropout; /* what training micro-batches drop (fsdp_model_dropout_rates); 0: nothing */
+    fsdp_recompute recompute;   /* what a layer keeps for its backward; 0 (NONE): everything */
 } fsdp_model_shape;
 
 /* Bytes of activations and backward scratch one micro-batch needs (the arena), for memory plans. */
 size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_model_shape *shape, size_t act_esize);
+
+/* The arena in three parts that add up to fsdp_model_activation_bytes (each with the alignment
+ * padding it carves): what the layers keep for their backward (all of them together), the one
+ * layer's worth of buffers that recomputation and the forward share (0 with NONE), and the rest
+ * (token ids, rotary table, the last layer's output and the final norm, the backward's scratch,
+ * the LM head's logits chunk, dropout's branch buffers). */
+typedef struct {
+    size_t layers, recompute, other, total;
+} fsdp_activation_parts;
+void fsdp_model_activation_parts(const fsdp_model_config *cfg, const fsdp_model_shape *shape, size_t act_esize,
+                                 fsdp_activation_parts *out);
 
 fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_layout *layout,
                               const fsdp_model_shape *shape, fsdp_err *err);
@@ -52,7 +86,8 @@ void fsdp_model_destroy(fsdp_model *m);
  * (src/kernels/dropout.h): sample_base is the global index of the micro-batch's first sample, so the
  * masks do not depend on the rank or on how a global batch is split. training = 0 (the state after
  * creation: evaluation, generation, tests) drops nothing. Call it between micro-batches, never
- * between a forward and its backward. */
+ * between a forward and its backward (whose recomputation, under --recompute, draws the forward's
+ * masks from this state). */
 void fsdp_model_set_dropout(fsdp_model *m, int training, uint64_t seed, int64_t sample_base);
 
 /* Device buffers of B*T token ids: fill them (copy_h2d on the compute stream) before embed_forward.

@@ -53,7 +53,8 @@ static int largest_mbs(const fsdp_trainer *t, const fsdp_train_options *o, const
     return fsdp_memory_plan_largest_mbs(&t->cfg, o, place, t->fit_budget, max_mbs, per_rank, at);
 }
 
-/* "what fits in B GiB per GPU: --mbs 12; --strategy FULL with --mbs 14; FULL on 4 GPUs with --mbs 16". */
+/* "what fits in B GiB per GPU: --mbs 12; --strategy FULL with --mbs 14; --recompute selective; FULL on 4
+ * GPUs with --mbs 16". */
 static void advice(const fsdp_trainer *t, char *buf, size_t cap) {
     const fsdp_train_options *o = &t->opt;
     fsdp_plan_place place = place_of(t);
@@ -73,7 +74,26 @@ static void advice(const fsdp_trainer *t, char *buf, size_t cap) {
         if (m > smaller && used < cap)
             used += (size_t)snprintf(buf + used, cap - used, "%s --strategy FULL with --mbs %d", any ? ";" : "", m), any = 1;
     }
-    /* Activation recomputation, once it exists, is the next suggestion here. */
+    /* Activation recomputation: the lightest mode beyond the run's that takes this micro-batch, or
+     * else the larger micro-batch that full recomputation takes. */
+    if (o->recompute != FSDP_RECOMPUTE_FULL) {
+        static const fsdp_recompute modes[] = {FSDP_RECOMPUTE_SELECTIVE, FSDP_RECOMPUTE_FULL};
+        int best = 0;
+        fsdp_recompute mode = FSDP_RECOMPUTE_FULL;
+        for (int i = 0; i < 2 && best < o->mbs; i++) {
+            if (modes[i] <= o->recompute) continue;
+            fsdp_train_options r = *o;
+            r.recompute = modes[i];
+            int m = largest_mbs(t, &r, &place, o->mbs, &p);
+            if (m > best) best = m, mode = modes[i];
+        }
+        if (best == o->mbs && used < cap)
+            used += (size_t)snprintf(buf + used, cap - used, "%s --recompute %s", any ? ";" : "",
+                                     fsdp_recompute_name(mode)), any = 1;
+        else if (best > smaller && used < cap)
+            used += (size_t)snprintf(buf + used, cap - used, "%s --recompute %s with --mbs %d", any ? ";" : "",
+                                     fsdp_recompute_name(mode), best), any = 1;
+    }
     for (int gpus = place.world * 2; gpus <= 1024; gpus *= 2) {
         fsdp_train_options full = *o;
         full.strategy = FSDP_FULL;

@@ -55,9 +55,9 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
 }
 
 fsdp_model_shape fsdp_plan_model_shape(const fsdp_model_config *cfg, const fsdp_train_options *o) {
-    /* Activation recomputation, when it lands, is part of this shape: the arena that
-     * fsdp_model_activation_bytes walks then keeps less, and the plans follow. */
-    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk, {0.0f, 0.0f}};
+    /* Activation recomputation is part of the shape: the arena that fsdp_model_activation_bytes
+     * walks keeps less, and the plans (and --mbs auto) follow. */
+    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk, {0.0f, 0.0f}, o->recompute};
     fsdp_err err = {0};
     /* Rates of 1 are refused before anything is planned or built (fsdp_model_dropout_rates). */
     fsdp_model_dropout_rates(cfg, o->dropout_set, o->dropout_rate, &shape.dropout, &err);
@@ -105,8 +105,11 @@ void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_opt
     fsdp_engine_memory_plan(specs, layout.num_units, &so, place->world, place->node_size, k, &out->engine);
 
     fsdp_model_shape shape = fsdp_plan_model_shape(cfg, o);
-    out->activations =
-        fsdp_device_alloc_size(k, fsdp_model_activation_bytes(cfg, &shape, fsdp_device_dtype_size(k, o->compute_dtype)));
+    fsdp_activation_parts *ap = &out->activation_parts;
+    fsdp_model_activation_parts(cfg, &shape, fsdp_device_dtype_size(k, o->compute_dtype), ap);
+    out->activations = fsdp_device_alloc_size(k, ap->total);
+    ap->total = out->activations;
+    ap->other = ap->total - ap->layers - ap->recompute;
     out->step_scalars = fsdp_device_alloc_size(k, FSDP_STEP_SCALARS * sizeof(float));
     fsdp_op_extent x;
     fsdp_plan_op_extent(cfg, o, out->engine.total_shard, &x);

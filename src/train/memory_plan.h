@@ -31,6 +31,8 @@ typedef struct {
 typedef struct {
     fsdp_engine_memory engine;   /* master, grads, adam, working, gathered, grad_buffers, grad_rows, staging */
     size_t activations;          /* the model's arena: activations of one micro-batch and backward scratch */
+    fsdp_activation_parts activation_parts; /* of `activations`: kept by the layers, the recomputed layer, the rest
+                                               (`other` takes the allocation's rounding) */
     size_t step_scalars;
     fsdp_device_workspace workspace;
     size_t reserved;             /* everything above: what max_reserved_bytes reads */

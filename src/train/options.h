@@ -7,6 +7,7 @@
 
 #include "../base/dtype.h"
 #include "../kernels/op_args.h"
+#include "../model/model.h"
 #include "../shard/engine.h"
 #include "data.h"
 
@@ -39,6 +40,7 @@ typedef struct {
     fsdp_attn attn;
     int head_chunk;             /* tokens per LM-head chunk, 0 = automatic */
     fsdp_embed_grads embed_grads;
+    fsdp_recompute recompute;   /* --recompute: what a layer keeps for its backward (src/model/model.h) */
     /* --dropout: `dropout_rate` replaces every rate the model's family has (fsdp_model_dropout_rates);
      * without it (dropout_set 0) the config's rates apply. */
     int dropout_set;

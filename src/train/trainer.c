@@ -378,7 +378,8 @@ static json_t *summary_config(const fsdp_trainer *t) {
                             o->compute_dtype == FSDP_BF16 ? "bf16" : "no", "attn",
                             o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", "nodes", t->topo.num_nodes,
                             "ranks_per_node", t->topo.node_size);
-    if (!cfg) fsdp_fatal("out of host memory building the metrics summary");
+    if (!cfg || json_object_set_new(cfg, "recompute", json_string(fsdp_recompute_name(o->recompute))))
+        fsdp_fatal("out of host memory building the metrics summary");
     return cfg;
 }
 
@@ -461,9 +462,9 @@ static void describe_run(fsdp_trainer *t) {
     fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
     fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
     fsdp_data_describe(&t->data, data, sizeof data);
-    fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s | dropout "
-             "%s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world, o->seq, data,
-             dropout);
+    fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s | "
+             "recompute %s | dropout %s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world,
+             o->seq, data, fsdp_recompute_name(o->recompute), dropout);
     if (o->epochs > 0)
         fsdp_log("epochs: %g of %llu samples = %d steps\n", o->epochs, (unsigned long long)t->data.samples, o->steps);
     if (o->eval_data) {

@@ -3,8 +3,9 @@
 attention, gradient rows and dense, the plan's reserved bytes (fsdp plan --device cpu --json) must
 equal the backend's max_reserved_bytes after a step (the metrics summary), byte for byte. The
 plan one micro-batch larger must not (the comparison can fail). Also: the plan's parts add up, a
-strategy changes nothing on one rank, --recompute is refused until it exists, --mbs auto without
-a GPU asks for --gpu-mem, and --mbs auto picks the largest micro-batch whose plan fits."""
+strategy changes nothing on one rank, what each --recompute mode keeps (the arena's parts, counted
+here from the model's shapes), a bad --recompute refused, --mbs auto without a GPU asks for
+--gpu-mem, and --mbs auto picks the largest micro-batch whose plan fits."""
 import json
 import os
 import sys
@@ -33,6 +34,12 @@ CASES = [
     (2, "HYBRID", 1, "tiny-opt", 3, ["--head-chunk-tokens", "7"]),
     (2, "FULL", 0, "tiny-opt", 2, ["--dropout", "0.1", "--attn", "eager"]),
     (3, "SHARD_GRAD_OP", 0, "tiny-llama", 2, ["--dropout", "0.1"]),
+    # Activation recomputation: what the layers keep, with every attention and dropout path.
+    (1, "FULL", 0, "tiny-llama", 3, ["--recompute", "full"]),
+    (2, "FULL", 0, "tiny-opt", 2, ["--recompute", "selective", "--attn", "eager", "--dropout", "0.1"]),
+    (2, "SHARD_GRAD_OP", 0, UNTIED, 3, ["--recompute", "full", "--attn", "eager"]),
+    (3, "NO_SHARD", 0, "tiny-llama", 2, ["--recompute", "selective", "--model-precision", "bf16"]),
+    (4, "HYBRID", 2, "tiny-opt", 2, ["--recompute", "full", "--dropout", "0.1"]),
 ]
 
 
@@ -94,6 +101,54 @@ for p in ("0", "0.1"):
 t.check(gpu == [2 * 32 * 1024 * 1024 * 2, 2 * 2 * 32 * 1024 * 1024 * 2],
         "llama-3.2-1b eager on a GPU: op scratch %d without and %d with attention dropout" % tuple(gpu))
 
+# What each --recompute mode keeps, counted from tiny-llama's shapes (2 layers, hidden 48, ffn 88, 6/2
+# heads of 8; micro-batch 2 x 16 tokens; 4-byte values on the CPU backend), within each tensor's
+# 256-byte alignment: full keeps each layer's input and one layer of everything else; selective keeps
+# the inputs and the products' outputs (q|k|v, attention output, residual, gate|up; lse with flash)
+# and recomputes the norms, the SwiGLU output and (eager) the probabilities with lse into one layer.
+N, C, F, QKV, L = 32, 48, 88, 80, 2
+LSE, PROBS, STATS = 2 * 6 * 16 * 4, 2 * 6 * 16 * 16 * 4, N * 4
+for attn in ("flash", "eager"):
+    eager = PROBS if attn == "eager" else 0
+    products = N * (QKV + C + C + 2 * F) * 4
+    recomputed = N * (C + C + F) * 4 + 2 * STATS
+    expect = {"none": (L * (N * C * 4 + products + recomputed + LSE + eager), 0),
+              "selective": (L * (N * C * 4 + products + (LSE if not eager else 0)), recomputed + (LSE + eager if eager else 0)),
+              "full": (L * N * C * 4, products + recomputed + LSE + eager)}
+    other = set()
+    for mode, (layers, slot) in expect.items():
+        p = plan(1, "FULL", 0, "tiny-llama", 2, ["--recompute", mode, "--attn", attn])
+        a = p["activation_parts"]
+        other.add(a["other"])
+        t.check(0 <= a["kept_by_layers"] - layers < 256 * 11 * L and 0 <= a["recomputed_layer"] - slot < 256 * 11
+                and a["kept_by_layers"] + a["recomputed_layer"] + a["other"] == p["bytes"]["activations"],
+                "tiny-llama %s, --recompute %s: the layers keep %d bytes (%d counted), one layer %d (%d), parts add up"
+                % (attn, mode, a["kept_by_layers"], layers, a["recomputed_layer"], slot))
+    t.check(len(other) == 1, "tiny-llama %s: the backward scratch is the same in every mode (%s)" % (attn, sorted(other)))
+# Llama-3.2-1B on a GPU, micro-batch 32 x 1024 in bf16: full keeps 16 layer inputs of 32 x 1024 x 2048 x 2
+# bytes, 2 GiB; the plan with it takes a larger micro-batch into the same 80 GiB.
+big = {}
+for mode in ("none", "selective", "full"):
+    rc, out, err = t.run(1, ["plan", "--model", "llama-3.2-1b", "--mbs", "32", "--recompute", mode, "--gpu-mem", "80",
+                             "--json"], check=True)
+    big[mode] = json.loads(out) if rc == 0 else None
+if all(big.values()):
+    t.check(big["full"]["activation_parts"]["kept_by_layers"] == 16 * 32 * 1024 * 2048 * 2 and big["full"]["recompute"] == "full",
+            "llama-3.2-1b --recompute full keeps 16 x 32 x 1024 x 2048 bf16 values: %d bytes" %
+            big["full"]["activation_parts"]["kept_by_layers"])
+    acts = [big[m]["bytes"]["activations"] for m in ("none", "selective", "full")]
+    t.check(acts[0] > acts[1] > acts[2], "llama-3.2-1b activations: none %d > selective %d > full %d bytes" % tuple(acts))
+auto = {}
+for mode in ("none", "full"):
+    rc, out, err = t.run(1, ["plan", "--model", "llama-3.2-1b", "--mbs", "auto", "--recompute", mode, "--gpu-mem", "40",
+                             "--json"], check=True)
+    auto[mode] = json.loads(out)["mbs"] if rc == 0 else None
+t.check(auto["none"] and auto["full"] and auto["full"] > 2 * auto["none"],
+        "llama-3.2-1b in 40 GiB: --mbs auto takes %s without recomputation, %s with --recompute full" % (auto["none"], auto["full"]))
+rc, out, _ = t.run(1, ["plan", "--model", "llama-3.2-1b", "--mbs", "8", "--recompute", "selective"], check=False)
+t.check(rc == 0 and "recompute selective" in out and "kept by the 16 layers" in out and "one layer's recomputed" in out,
+        "the table shows the mode and the arena's parts")
+
 # On one rank every strategy is the same computation and the same memory.
 one = [plan(1, s, 0, UNTIED, 2, [])["bytes"]["reserved"] for s in ("FULL", "SHARD_GRAD_OP", "NO_SHARD")]
 t.check(len(set(one)) == 1, "one rank: FULL, SHARD_GRAD_OP and NO_SHARD plan the same %s bytes" % one)
@@ -128,8 +183,8 @@ def one_line_error(args, status, needles, what):
             "%s -> exit %d, %r" % (what, rc, lines[0] if lines else err[-200:]))
 
 
-one_line_error(["plan", "--model", "tiny-llama", "--recompute", "full"], 2, ["--recompute full", "not yet available"],
-               "--recompute full refused")
+one_line_error(["plan", "--model", "tiny-llama", "--recompute", "partial"], 2, ["--recompute 'partial'", "selective"],
+               "--recompute partial refused")
 one_line_error(["plan", "--model", "tiny-llama", "--gpus", "4", "--nodes", "3"], 2, ["--nodes 3"], "nodes not dividing")
 one_line_error(["plan", "--gpus", "2"], 2, ["--model"], "no --model")
 one_line_error(["plan", "--model", "tiny-llama", "--gpus", "2", "--mbs", "3", "--global-batch", "8"], 2,
