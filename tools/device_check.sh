@@ -4,7 +4,8 @@
 # benchmarks, and short training runs. Everything is logged under $OUT (or /tmp/fsdp-check).
 # Needs: nvidia-smi, the host's mpirun, python3 with torch (and transformers for gpu_hf_*), the
 # build in $BUILD (default build-gpu) made on the Debian machine, and .gpu-host (../shared/gpu-host).
-#   tools/device_check.sh [env|tests|scripts|train|bench] ...   (SCRIPTS="gpu_a gpu_b" picks scripts)
+#   tools/device_check.sh [env|tests|scripts|train|bench] ...   (SCRIPTS="gpu_a gpu_b" picks scripts,
+#   UNIT_TESTS="test_gpu_a ..." the unit tests; default: every test_gpu_* built)
 set -uo pipefail
 OUT=${OUT:-/tmp/fsdp-check}
 mkdir -p "$OUT"
@@ -22,8 +23,8 @@ for what in "${@:-quick}"; do
       $B/fsdp --version ;;
     tests)
       step unit tests
-      for t in test_gpu_kernels test_gpu_attention test_gpu_dropout test_gpu_backend test_gpu_model; do
-        [ -x $B/tests/$t ] || continue
+      for t in ${UNIT_TESTS:-$(cd $B/tests && ls test_gpu_* 2>/dev/null)}; do
+        [ -x $B/tests/$t ] || { echo "$t: not built in $B"; continue; }
         timeout 300 $B/tests/$t > "$OUT/$t.log" 2>&1; echo "$t exit $?"
         grep -E "FAIL|failed|SKIPPED" "$OUT/$t.log" | head -20
       done ;;

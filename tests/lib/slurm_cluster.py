@@ -227,6 +227,14 @@ class SlurmCluster:
         if p.returncode != 0:
             raise SlurmError("scontrol requeue %s failed: %s" % (job_id, p.stderr.strip()))
 
+    def update(self, job_id, **fields):
+        """scontrol update JobId=... Field=value ... (e.g. TimeLimit=10, in minutes)."""
+        args = ["%s=%s" % (k, v) for k, v in fields.items()]
+        p = subprocess.run([_which("scontrol"), "update", "JobId=%s" % job_id] + args, env=self.env,
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            raise SlurmError("scontrol update %s %s failed: %s" % (job_id, " ".join(args), p.stderr.strip()))
+
     def logs(self, lines=30):
         """The tail of every daemon log, for failure messages."""
         out = []
