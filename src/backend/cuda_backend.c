@@ -7,7 +7,6 @@
 
 #include "../base/log.h"
 #include "../base/watchdog.h"
-#include "../kernels/ops_cuda.h"
 #include "cuda_internal.h"
 
 int fsdp_backend_cuda_available(void) {
