@@ -1,4 +1,4 @@
-/* Picks a backend by name; the out-of-memory path both backends share. */
+/* Picks a backend by name and checks its tables; the out-of-memory path both backends share. */
 #include <stdio.h>
 #include <string.h>
 
@@ -33,7 +33,30 @@ void *fsdp_backend_out_of_memory(fsdp_backend *be, size_t bytes, const char *wha
                fsdp_bytes_text((double)bytes, size), what, detail);
 }
 
-fsdp_backend *fsdp_backend_create(const fsdp_backend_options *opts, fsdp_err *err) {
+/* A table is a struct of function pointers only, read here entry by entry: an entry a backend left
+ * out of its designated initializers is NULL, and calling it would crash far from the cause. */
+typedef void (*table_entry)(void);
+
+static void check_table(const fsdp_backend *be, const char *table, const void *entries, size_t bytes) {
+    _Static_assert(sizeof(fsdp_backend_runtime) % sizeof(table_entry) == 0, "the runtime table holds only functions");
+    _Static_assert(sizeof(fsdp_backend_collectives) % sizeof(table_entry) == 0, "the collectives hold only functions");
+    _Static_assert(sizeof(fsdp_backend_ops) % sizeof(table_entry) == 0, "the ops table holds only functions");
+    for (size_t i = 0; i < bytes / sizeof(table_entry); i++) {
+        table_entry f;
+        memcpy(&f, (const char *)entries + i * sizeof f, sizeof f);
+        if (!f) fsdp_fatal("internal error: entry %zu of the %s backend's %s table is missing", i, be->name, table);
+    }
+}
+
+static fsdp_backend *checked(fsdp_backend *be) {
+    if (!be) return NULL;
+    check_table(be, "runtime", be->runtime, sizeof *be->runtime);
+    check_table(be, "collectives", be->coll, sizeof *be->coll);
+    check_table(be, "ops", be->ops, sizeof *be->ops);
+    return be;
+}
+
+static fsdp_backend *create(const fsdp_backend_options *opts, fsdp_err *err) {
     const char *kind = opts->kind ? opts->kind : "auto";
     if (!strcmp(kind, "cpu")) return fsdp_backend_cpu_create(opts, err);
     if (!strcmp(kind, "cuda")) {
@@ -56,4 +79,8 @@ fsdp_backend *fsdp_backend_create(const fsdp_backend_options *opts, fsdp_err *er
     }
     fsdp_errf(err, "unknown device '%s' (auto, cpu, cuda)", kind);
     return NULL;
+}
+
+fsdp_backend *fsdp_backend_create(const fsdp_backend_options *opts, fsdp_err *err) {
+    return checked(create(opts, err));
 }

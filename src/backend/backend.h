@@ -1,7 +1,8 @@
-/* The backend table: every piece of memory, arithmetic, communication and ordering that the model
- * (src/model), the sharding engine (src/shard) and the trainer (src/train) need from a device.
+/* The backend interface: every piece of memory, arithmetic, communication and ordering that the
+ * model (src/model), the sharding engine (src/shard) and the trainer (src/train) need from a device,
+ * in three constant tables (runtime, collectives, ops) apart from the instance's state.
  *
- * Two implementations fill it: the CPU backend (fp32 math with OpenMP, collectives through
+ * Two implementations fill them: the CPU backend (fp32 math with OpenMP, collectives through
  * non-blocking MPI) and the CUDA backend (kernels in src/kernels/cuda, cuBLASLt, NCCL bootstrapped by
  * MPI). Nothing above this header knows which one it runs on.
  *
@@ -59,7 +60,6 @@ typedef struct {
     fsdp_dtype grad_dtype; /* dtype of parameter gradients written by backward ops */
     int local_rank;        /* node-local rank: picks the GPU */
     int local_size;        /* ranks on this node */
-    int verbose;
     /* Memory this rank may use, 0 = the device's: the CPU backend refuses to reserve more; the CUDA
      * backend refuses an allocation that would take the GPU's used memory (everyone's, the CUDA
      * context and NCCL included) past it, emulating a smaller GPU. */
@@ -82,23 +82,17 @@ typedef struct fsdp_oom {
     void *hook_arg;
 } fsdp_oom;
 
-struct fsdp_backend {
-    const char *name;      /* "cpu" or "cuda" */
-    char device_name[128]; /* "CPU (8 threads)", "NVIDIA H200" */
-    double peak_tflops;    /* dense bf16 peak for MFU (989 on H100/H200 SXM); 0 when unknown */
-    fsdp_dtype act_dtype, grad_dtype;
-    int emulated_bf16;     /* 1 on the CPU: bf16 values live in fp32 storage */
-    fsdp_stream *compute;  /* the stream the model's ops run on */
-    size_t reserved_bytes, max_reserved_bytes; /* device memory held by alloc, and its peak */
-    fsdp_device_kind kind;
-    size_t memory_limit;   /* fsdp_backend_options.memory_limit */
-    /* GPU memory in use besides reserved_bytes, measured with cudaMemGetInfo (0 on the CPU): once the
-     * backend was created (the CUDA context, cuBLAS handles), and what creating the NCCL
-     * communicators added. NCCL allocates more at its first collectives. */
-    size_t outside_at_create, outside_comm_init;
-    fsdp_oom oom;
-    void *impl;
+/* The interface tables. Each backend defines one constant instance of each table, with designated
+ * initializers, next to the functions it names (backend_cpu.c; cuda_backend.c for the runtime and the
+ * collectives, cuda_ops.c for the ops); every backend instance points at its backend's tables, and
+ * what changes at run time lives in struct fsdp_backend and the backend's private context. Callers
+ * go through the group: be->runtime->alloc(be, ...), be->coll->all_gather(be, ...),
+ * be->ops->matmul_forward(be, ...). A new op is one entry of fsdp_backend_ops here and, in each
+ * backend, its function and one initializer line in the file that defines the table. Every entry is
+ * required: fsdp_backend_create stops on a table with an entry left out (NULL). */
 
+/* Memory, copies, streams and events. */
+typedef struct fsdp_backend_runtime {
     /* ---- memory ---- */
     size_t (*dtype_size)(fsdp_backend *be, fsdp_dtype t);
     /* Device memory, 256-byte aligned and zeroed; aborts with `what` in the message when it cannot
@@ -117,7 +111,6 @@ struct fsdp_backend {
     /* Copies ordered on `s`; the host buffer must stay untouched until `s` passes this point. */
     void (*copy_h2d)(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s);
     void (*copy_d2h)(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s);
-    void (*copy_d2d)(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s);
     void (*zero)(fsdp_backend *be, void *dst, size_t bytes, fsdp_stream *s);
 
     /* ---- streams and events ---- */
@@ -132,7 +125,12 @@ struct fsdp_backend {
     /* Milliseconds between two completed events created with timing = 1. */
     float (*event_elapsed_ms)(fsdp_backend *be, fsdp_event *start, fsdp_event *end);
 
-    /* ---- collectives (sum; counts are elements per rank) ---- */
+    /* Waits for the device's pending work, then frees the backend. */
+    void (*destroy)(fsdp_backend *be);
+} fsdp_backend_runtime;
+
+/* Collectives (sum; counts are elements per rank). */
+typedef struct fsdp_backend_collectives {
     /* Collective over the ranks of `comm`: a communicator of the backend's own (an NCCL communicator
      * on the GPU, a duplicated MPI communicator on the CPU). Communicators used from different
      * streams concurrently must be distinct. */
@@ -142,8 +140,8 @@ struct fsdp_backend {
      * FSDP_COMM_COPY_ENGINES on GPUs that share a node over NVLink it is a symmetric NCCL window,
      * which lets all-gathers whose send and receive buffers both lie in such memory run on the
      * copy engines instead of SMs. Collective over c's ranks: every rank calls it in the same order
-     * with the same size, and sends from and receives into the same offsets of it. Freed by free()
-     * (also collective then), before c is destroyed. */
+     * with the same size, and sends from and receives into the same offsets of it. Freed by the
+     * runtime's free (also collective then), before c is destroyed. */
     void *(*alloc_shared)(fsdp_backend *be, fsdp_comm *c, size_t bytes, const char *what);
     /* recv[r*count .. (r+1)*count) = send of rank r. In place when send == recv + rank*count. */
     void (*all_gather)(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
@@ -158,7 +156,10 @@ struct fsdp_backend {
      * must not overlap. */
     void (*all_to_all)(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                        fsdp_dtype t, fsdp_stream *s);
+} fsdp_backend_collectives;
 
+/* Arithmetic: the elementwise utilities of the engine and the optimizer, and the model's ops. */
+typedef struct fsdp_backend_ops {
     /* ---- elementwise utilities (explicit stream; used by the engine and the optimizer) ---- */
     void (*cast)(fsdp_backend *be, void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t,
                  size_t n, fsdp_stream *s);
@@ -292,8 +293,29 @@ struct fsdp_backend {
      * grad_scale * d(loss)/d(logits). */
     void (*cross_entropy)(fsdp_backend *be, float *losses, void *logits, const int32_t *targets, int n, int V,
                           float grad_scale);
+} fsdp_backend_ops;
 
-    void (*destroy)(fsdp_backend *be);
+struct fsdp_backend {
+    const fsdp_backend_runtime *runtime;
+    const fsdp_backend_collectives *coll;
+    const fsdp_backend_ops *ops;
+
+    const char *name;      /* "cpu" or "cuda" */
+    char device_name[128]; /* "CPU (8 threads)", "NVIDIA H200" */
+    double peak_tflops;    /* dense bf16 peak for MFU (989 on H100/H200 SXM); 0 when unknown */
+    fsdp_dtype act_dtype, grad_dtype;
+    int emulated_bf16;     /* 1 on the CPU: bf16 values live in fp32 storage */
+    fsdp_stream *compute;  /* the stream the model's ops run on */
+    size_t reserved_bytes, max_reserved_bytes; /* device memory held by alloc, and its peak */
+    fsdp_device_kind kind;
+    size_t memory_limit;   /* fsdp_backend_options.memory_limit */
+    /* GPU memory in use besides reserved_bytes, measured with cudaMemGetInfo (0 on the CPU): once the
+     * backend was created (the CUDA context, cuBLAS handles), and what creating the NCCL
+     * communicators added. NCCL allocates more at its first collectives. */
+    size_t outside_at_create, outside_comm_init;
+    fsdp_oom oom;
+
+    void *context; /* the backend's private state (cpu_context, cuda_context) */
 };
 
 /* Creates the backend named by opts->kind ("auto" picks CUDA when it was built in and a GPU is
@@ -318,6 +340,6 @@ size_t fsdp_backend_cuda_gpu_memory(char *name, size_t name_cap);
 #endif
 
 /* Bytes of n elements of t on this backend. */
-static inline size_t fsdp_bytes(fsdp_backend *be, fsdp_dtype t, size_t n) { return n * be->dtype_size(be, t); }
+static inline size_t fsdp_bytes(fsdp_backend *be, fsdp_dtype t, size_t n) { return n * be->runtime->dtype_size(be, t); }
 
 #endif

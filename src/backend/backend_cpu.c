@@ -60,9 +60,9 @@ struct fsdp_comm {
 typedef struct {
     fsdp_stream *streams; /* every stream, for progress */
     int round;            /* emulate bf16 in act/grad tensors */
-} cpu_impl;
+} cpu_context;
 
-static cpu_impl *impl_of(fsdp_backend *be) { return (cpu_impl *)be->impl; }
+static cpu_context *context_of(fsdp_backend *be) { return (cpu_context *)be->context; }
 
 static int rounds(fsdp_backend *be, fsdp_dtype t) { (void)be; return t == FSDP_BF16; }
 
@@ -154,7 +154,7 @@ static void submit(fsdp_stream *s, task *t) {
 
 /* Lets MPI advance pending collectives while compute runs. */
 static void progress(fsdp_backend *be) {
-    for (fsdp_stream *s = impl_of(be)->streams; s; s = s->next_stream) {
+    for (fsdp_stream *s = context_of(be)->streams; s; s = s->next_stream) {
         if (s->head && s->head->kind == TASK_REQUEST) {
             int done = 0;
             FSDP_CHECK_MPI(MPI_Test(&s->head->request, &done, MPI_STATUS_IGNORE));
@@ -246,15 +246,15 @@ static void cpu_zero(fsdp_backend *be, void *dst, size_t bytes, fsdp_stream *s) 
 static fsdp_stream *cpu_stream_create(fsdp_backend *be, const char *name) {
     fsdp_stream *s = fsdp_xcalloc(1, sizeof *s, "a stream");
     snprintf(s->name, sizeof s->name, "%s", name);
-    s->next_stream = impl_of(be)->streams;
-    impl_of(be)->streams = s;
+    s->next_stream = context_of(be)->streams;
+    context_of(be)->streams = s;
     return s;
 }
 
 static void cpu_stream_destroy(fsdp_backend *be, fsdp_stream *s) {
     if (!s) return;
     drain(s);
-    fsdp_stream **p = &impl_of(be)->streams;
+    fsdp_stream **p = &context_of(be)->streams;
     while (*p && *p != s) p = &(*p)->next_stream;
     if (*p) *p = s->next_stream;
     free(s);
@@ -623,17 +623,86 @@ static void cpu_cross_entropy_op(fsdp_backend *be, float *losses, void *logits, 
 }
 
 static void cpu_destroy(fsdp_backend *be) {
-    cpu_impl *im = impl_of(be);
+    cpu_context *im = context_of(be);
     while (im->streams) cpu_stream_destroy(be, im->streams);
     free(im);
     free(be);
 }
 
+/* ---- the interface tables ---- */
+
+static const fsdp_backend_runtime cpu_runtime = {
+    .dtype_size = cpu_dtype_size,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memory_info = cpu_memory_info,
+    .reserve_scratch = cpu_reserve_scratch,
+    .alloc_host = cpu_alloc_host,
+    .free_host = cpu_free_host,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .zero = cpu_zero,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .event_synchronize = cpu_event_synchronize,
+    .stream_synchronize = cpu_stream_synchronize,
+    .event_elapsed_ms = cpu_event_elapsed_ms,
+    .destroy = cpu_destroy,
+};
+
+static const fsdp_backend_collectives cpu_collectives = {
+    .comm_create = cpu_comm_create,
+    .comm_destroy = cpu_comm_destroy,
+    .alloc_shared = cpu_alloc_shared,
+    .all_gather = cpu_all_gather,
+    .reduce_scatter = cpu_reduce_scatter,
+    .all_reduce = cpu_all_reduce,
+    .all_to_all = cpu_all_to_all,
+};
+
+static const fsdp_backend_ops cpu_ops = {
+    .cast = cpu_cast,
+    .accumulate = cpu_accumulate,
+    .sum_squares = cpu_sum_squares_op,
+    .sum = cpu_sum_op,
+    .clip_scale = cpu_clip_scale,
+    .add_rows = cpu_add_rows_op,
+    .adamw = cpu_adamw_op,
+    .embedding_forward = cpu_embedding_forward_op,
+    .embedding_backward = cpu_embedding_backward_op,
+    .rmsnorm_forward = cpu_rmsnorm_forward_op,
+    .rmsnorm_backward = cpu_rmsnorm_backward_op,
+    .layernorm_forward = cpu_layernorm_forward_op,
+    .layernorm_backward = cpu_layernorm_backward_op,
+    .matmul_forward = cpu_matmul_forward_op,
+    .matmul_backward = cpu_matmul_backward_op,
+    .relu_backward = cpu_relu_backward_op,
+    .rope_forward = cpu_rope_forward_op,
+    .rope_backward = cpu_rope_backward_op,
+    .attention_forward = cpu_attention_forward_op,
+    .attention_backward = cpu_attention_backward_op,
+    .kv_cache_append = cpu_kv_cache_append_op,
+    .attention_decode = cpu_attention_decode_op,
+    .residual_dropout_forward = cpu_residual_dropout_forward_op,
+    .dropout_backward = cpu_dropout_backward_op,
+    .rmsnorm_dropout_forward = cpu_rmsnorm_dropout_forward_op,
+    .layernorm_dropout_forward = cpu_layernorm_dropout_forward_op,
+    .rmsnorm_dropout_backward = cpu_rmsnorm_dropout_backward_op,
+    .layernorm_dropout_backward = cpu_layernorm_dropout_backward_op,
+    .swiglu_forward = cpu_swiglu_forward_op,
+    .swiglu_backward = cpu_swiglu_backward_op,
+    .cross_entropy = cpu_cross_entropy_op,
+};
+
 fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err *err) {
     (void)err;
     fsdp_backend *be = fsdp_xcalloc(1, sizeof *be, "the CPU backend");
-    cpu_impl *im = fsdp_xcalloc(1, sizeof *im, "the CPU backend");
-    be->impl = im;
+    cpu_context *im = fsdp_xcalloc(1, sizeof *im, "the CPU backend");
+    be->context = im;
     be->name = "cpu";
     snprintf(be->device_name, sizeof be->device_name, "CPU (%d OpenMP threads)", omp_get_max_threads());
     be->act_dtype = opts->act_dtype;
@@ -642,69 +711,9 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->kind = FSDP_DEVICE_CPU;
     be->memory_limit = opts->memory_limit;
 
-    be->dtype_size = cpu_dtype_size;
-    be->alloc = cpu_alloc;
-    be->free = cpu_free;
-    be->memory_info = cpu_memory_info;
-    be->reserve_scratch = cpu_reserve_scratch;
-    be->alloc_host = cpu_alloc_host;
-    be->free_host = cpu_free_host;
-    be->copy_h2d = cpu_copy;
-    be->copy_d2h = cpu_copy;
-    be->copy_d2d = cpu_copy;
-    be->zero = cpu_zero;
-
-    be->stream_create = cpu_stream_create;
-    be->stream_destroy = cpu_stream_destroy;
-    be->event_create = cpu_event_create;
-    be->event_destroy = cpu_event_destroy;
-    be->event_record = cpu_event_record;
-    be->stream_wait_event = cpu_stream_wait_event;
-    be->event_synchronize = cpu_event_synchronize;
-    be->stream_synchronize = cpu_stream_synchronize;
-    be->event_elapsed_ms = cpu_event_elapsed_ms;
-
-    be->comm_create = cpu_comm_create;
-    be->alloc_shared = cpu_alloc_shared;
-    be->all_to_all = cpu_all_to_all;
-    be->comm_destroy = cpu_comm_destroy;
-    be->all_gather = cpu_all_gather;
-    be->reduce_scatter = cpu_reduce_scatter;
-    be->all_reduce = cpu_all_reduce;
-
-    be->cast = cpu_cast;
-    be->accumulate = cpu_accumulate;
-    be->sum_squares = cpu_sum_squares_op;
-    be->sum = cpu_sum_op;
-    be->clip_scale = cpu_clip_scale;
-    be->adamw = cpu_adamw_op;
-
-    be->add_rows = cpu_add_rows_op;
-    be->embedding_forward = cpu_embedding_forward_op;
-    be->embedding_backward = cpu_embedding_backward_op;
-    be->rmsnorm_forward = cpu_rmsnorm_forward_op;
-    be->rmsnorm_backward = cpu_rmsnorm_backward_op;
-    be->layernorm_forward = cpu_layernorm_forward_op;
-    be->layernorm_backward = cpu_layernorm_backward_op;
-    be->matmul_forward = cpu_matmul_forward_op;
-    be->matmul_backward = cpu_matmul_backward_op;
-    be->relu_backward = cpu_relu_backward_op;
-    be->rope_forward = cpu_rope_forward_op;
-    be->rope_backward = cpu_rope_backward_op;
-    be->attention_forward = cpu_attention_forward_op;
-    be->attention_backward = cpu_attention_backward_op;
-    be->kv_cache_append = cpu_kv_cache_append_op;
-    be->attention_decode = cpu_attention_decode_op;
-    be->residual_dropout_forward = cpu_residual_dropout_forward_op;
-    be->dropout_backward = cpu_dropout_backward_op;
-    be->rmsnorm_dropout_forward = cpu_rmsnorm_dropout_forward_op;
-    be->layernorm_dropout_forward = cpu_layernorm_dropout_forward_op;
-    be->rmsnorm_dropout_backward = cpu_rmsnorm_dropout_backward_op;
-    be->layernorm_dropout_backward = cpu_layernorm_dropout_backward_op;
-    be->swiglu_forward = cpu_swiglu_forward_op;
-    be->swiglu_backward = cpu_swiglu_backward_op;
-    be->cross_entropy = cpu_cross_entropy_op;
-    be->destroy = cpu_destroy;
+    be->runtime = &cpu_runtime;
+    be->coll = &cpu_collectives;
+    be->ops = &cpu_ops;
 
     be->compute = cpu_stream_create(be, "compute");
     return be;

@@ -1,6 +1,5 @@
-/* The CUDA backend: device memory, streams and events, NCCL communicators bootstrapped over MPI,
- * and the dispatch of every op to the kernels in src/kernels/cuda (matrix products in
- * cuda_matmul.c, attention in cuda_attention.c). */
+/* The CUDA backend's runtime and collectives: device memory, streams and events, NCCL communicators
+ * bootstrapped over MPI; its creation and its tables. The ops are in cuda_ops.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +7,6 @@
 
 #include "../base/log.h"
 #include "../base/watchdog.h"
-#include "../kernels/ops_cuda.h"
 #include "cuda_internal.h"
 
 int fsdp_backend_cuda_available(void) {
@@ -158,17 +156,13 @@ static void cuda_copy_d2h(fsdp_backend *be, void *dst, const void *src, size_t b
     if (refused(be, !dst || !src)) return;
     FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->stream));
 }
-static void cuda_copy_d2d(fsdp_backend *be, void *dst, const void *src, size_t bytes, fsdp_stream *s) {
-    if (refused(be, !dst || !src)) return;
-    FSDP_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s->stream));
-}
 static void cuda_zero(fsdp_backend *be, void *dst, size_t bytes, fsdp_stream *s) {
     if (refused(be, !dst)) return;
     FSDP_CHECK_CUDA(cudaMemsetAsync(dst, 0, bytes, s->stream));
 }
 
 void *fsdp_cuda_scratch(fsdp_backend *be, size_t bytes) {
-    cuda_impl *im = cuda_of(be);
+    cuda_context *im = cuda_of(be);
     if (bytes > im->scratch_bytes) {
         if (im->scratch) cuda_free(be, im->scratch);
         /* A request reserve_scratch did not foresee: grow with headroom, so that a few sizes settle
@@ -180,7 +174,7 @@ void *fsdp_cuda_scratch(fsdp_backend *be, size_t bytes) {
 }
 
 static void cuda_reserve_scratch(fsdp_backend *be, size_t bytes) {
-    cuda_impl *im = cuda_of(be);
+    cuda_context *im = cuda_of(be);
     if (bytes <= im->scratch_bytes) return;
     if (im->scratch) cuda_free(be, im->scratch);
     im->scratch = cuda_alloc(be, bytes, "op scratch");
@@ -234,7 +228,7 @@ static void cuda_stream_wait_event(fsdp_backend *be, fsdp_stream *s, fsdp_event 
 }
 
 void fsdp_cuda_wait_event(fsdp_backend *be, cudaEvent_t e, const char *what) {
-    cuda_impl *im = cuda_of(be);
+    cuda_context *im = cuda_of(be);
     double start = fsdp_now(), next_poll = start + 1.0;
     for (long spins = 0;; spins++) {
         cudaError_t rc = cudaEventQuery(e);
@@ -299,7 +293,7 @@ static int max_ctas_for(const char *name) {
 }
 
 static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *name, int flags) {
-    cuda_impl *im = cuda_of(be);
+    cuda_context *im = cuda_of(be);
     fsdp_comm *c = fsdp_xcalloc(1, sizeof *c, "a communicator");
     FSDP_CHECK_MPI(MPI_Comm_rank(mpi, &c->rank));
     FSDP_CHECK_MPI(MPI_Comm_size(mpi, &c->size));
@@ -325,7 +319,7 @@ static fsdp_comm *cuda_comm_create(fsdp_backend *be, MPI_Comm mpi, const char *n
 
 static void cuda_comm_destroy(fsdp_backend *be, fsdp_comm *c) {
     if (!c) return;
-    cuda_impl *im = cuda_of(be);
+    cuda_context *im = cuda_of(be);
     for (fsdp_comm **p = &im->comms; *p; p = &(*p)->next) {
         if (*p == c) {
             *p = c->next;
@@ -361,145 +355,10 @@ static void cuda_all_to_all(fsdp_backend *be, fsdp_comm *c, const void *send, vo
     FSDP_CHECK_NCCL(ncclAlltoAll(send, recv, count, nccl_type(t), c->comm, s->stream));
 }
 
-/* ---- utilities on explicit streams ---- */
-
-static void cuda_cast(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t n,
-                      fsdp_stream *s) {
-    (void)be;
-    fsdp_cuda_cast(dst, dt, src, st, n, s->stream);
-}
-
-static void cuda_accumulate(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t n,
-                            fsdp_stream *s) {
-    (void)be;
-    fsdp_cuda_accumulate(dst, dt, src, st, n, s->stream);
-}
-
-static void cuda_add_rows(fsdp_backend *be, float *dst, int64_t window_start, int64_t window_len,
-                          const fsdp_row_set *sets, int nsets, const void *values, int N, int C, fsdp_stream *s) {
-    fsdp_cuda_add_rows(dst, window_start, window_len, sets, nsets, values, N, C, be->act_dtype, s->stream);
-}
-
-/* Reductions take the shared scratch, which belongs to the compute stream. */
-static void require_compute(fsdp_backend *be, fsdp_stream *s, const char *op) {
-    if (s != be->compute) fsdp_fatal("internal error: %s needs the compute stream (it uses the shared scratch)", op);
-}
-
-static void cuda_sum_squares(fsdp_backend *be, float *out, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s) {
-    require_compute(be, s, "sum_squares");
-    fsdp_cuda_sum_squares(out, x, t, n, fsdp_cuda_scratch(be, fsdp_cuda_reduce_scratch(n)), s->stream);
-}
-
-static void cuda_sum(fsdp_backend *be, float *out, const float *x, size_t n, fsdp_stream *s) {
-    require_compute(be, s, "sum");
-    fsdp_cuda_sum(out, x, n, fsdp_cuda_scratch(be, fsdp_cuda_reduce_scratch(n)), s->stream);
-}
-
-static void cuda_clip_scale(fsdp_backend *be, float *scale, const float *sumsq, float max_norm, fsdp_stream *s) {
-    (void)be;
-    fsdp_cuda_clip_scale(scale, sumsq, max_norm, s->stream);
-}
-
-static void cuda_adamw(fsdp_backend *be, void *param, const void *grad, void *m, void *v, fsdp_dtype master_t, size_t n,
-                       const fsdp_adamw_args *a, const float *grad_scale, void *working, fsdp_dtype working_t,
-                       fsdp_stream *s) {
-    (void)be;
-    fsdp_cuda_adamw(param, grad, m, v, master_t, n, a, grad_scale, working, working_t, s->stream);
-}
-
-/* ---- model ops ---- */
-
-static void cuda_embedding_forward(fsdp_backend *be, void *out, const int32_t *tokens, const void *wte,
-                                   const void *wpe, int pos_offset, int N, int T, int C) {
-    fsdp_cuda_embedding_forward(out, tokens, wte, wpe, pos_offset, N, T, C, be->act_dtype, compute_stream(be));
-}
-
-static void cuda_embedding_backward(fsdp_backend *be, void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
-                                    int padding_idx, int pos_offset, int N, int T, int C) {
-    fsdp_cuda_embedding_backward(dwte, dwpe, dout, tokens, padding_idx, pos_offset, N, T, C, be->act_dtype,
-                                 be->grad_dtype, compute_stream(be));
-}
-
-static void cuda_rmsnorm_forward(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *w, int N, int C,
-                                 float eps) {
-    fsdp_cuda_rmsnorm_forward(out, rstd, inp, w, N, C, eps, be->act_dtype, compute_stream(be));
-}
-
-static void cuda_rmsnorm_backward(fsdp_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
-                                  const void *w, const float *rstd, int N, int C) {
-    float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_norm_backward_scratch(N, C));
-    fsdp_cuda_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, be->act_dtype, be->grad_dtype, scratch,
-                               compute_stream(be));
-}
-
-static void cuda_layernorm_forward(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
-                                   const void *w, const void *b, int N, int C, float eps) {
-    fsdp_cuda_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, be->act_dtype, compute_stream(be));
-}
-
-static void cuda_layernorm_backward(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
-                                    const void *inp, const void *w, const float *mean, const float *rstd, int N, int C) {
-    float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_norm_backward_scratch(N, C));
-    fsdp_cuda_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, be->act_dtype, be->grad_dtype, scratch,
-                                 compute_stream(be));
-}
-
-/* out[N,OC] = inp[N,C] W^T: in column-major terms out^T[OC,N] = W (stored C x OC, transposed) x inp^T. */
-static void cuda_matmul_forward(fsdp_backend *be, void *out, const void *inp, const void *weight, const void *bias,
-                                const void *residual, int N, int C, int OC, int relu) {
-    fsdp_gemm g = {1, 0, OC, N, C, weight, C, inp, C, residual, OC, out, OC, be->act_dtype, be->act_dtype,
-                   bias, relu, residual ? 1.0f : 0.0f};
-    fsdp_cuda_gemm(be, &g, compute_stream(be));
-}
-
-static void cuda_matmul_backward(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
-                                 const void *inp, const void *weight, int N, int C, int OC) {
-    cudaStream_t s = compute_stream(be);
-    if (dinp) {
-        /* dinp^T[C,N] = W^T (stored C x OC) x dout^T (stored OC x N) */
-        fsdp_gemm g = {0, 0, C, N, OC, weight, C, dout, OC, NULL, C, dinp, C, be->act_dtype, be->act_dtype,
-                       NULL, 0, 0.0f};
-        fsdp_cuda_gemm(be, &g, s);
-    }
-    /* dW^T[C,OC] += inp^T (stored C x N) x dout (stored OC x N, transposed) */
-    fsdp_gemm g = {0, 1, C, OC, N, inp, C, dout, OC, dweight, C, dweight, C, be->act_dtype, be->grad_dtype,
-                   NULL, 0, 1.0f};
-    fsdp_cuda_gemm(be, &g, s);
-    if (dbias) {
-        float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_column_sum_scratch(N, OC));
-        fsdp_cuda_column_sum(dbias, dout, N, OC, be->act_dtype, be->grad_dtype, scratch, s);
-    }
-}
-
-static void cuda_relu_backward(fsdp_backend *be, void *d, const void *out, size_t n) {
-    fsdp_cuda_relu_backward(d, out, n, be->act_dtype, compute_stream(be));
-}
-
-static void cuda_rope_forward(fsdp_backend *be, void *qkv, const float *cs, int B, int T, int Hq, int Hkv, int D) {
-    fsdp_cuda_rope_forward(qkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be));
-}
-
-static void cuda_rope_backward(fsdp_backend *be, void *dqkv, const float *cs, int B, int T, int Hq, int Hkv, int D) {
-    fsdp_cuda_rope_backward(dqkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be));
-}
-
-static void cuda_swiglu_forward(fsdp_backend *be, void *out, const void *gateup, int N, int F) {
-    fsdp_cuda_swiglu_forward(out, gateup, N, F, be->act_dtype, compute_stream(be));
-}
-
-static void cuda_swiglu_backward(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N, int F) {
-    fsdp_cuda_swiglu_backward(dgateup, dout, gateup, N, F, be->act_dtype, compute_stream(be));
-}
-
-static void cuda_cross_entropy(fsdp_backend *be, float *losses, void *logits, const int32_t *targets, int n, int V,
-                               float grad_scale) {
-    fsdp_cuda_cross_entropy(losses, logits, targets, n, V, grad_scale, be->act_dtype, compute_stream(be));
-}
-
 /* ---- lifetime ---- */
 
 static void cuda_destroy(fsdp_backend *be) {
-    cuda_impl *im = cuda_of(be);
+    cuda_context *im = cuda_of(be);
     FSDP_CHECK_CUDA(cudaDeviceSynchronize());
     fsdp_cuda_matmul_destroy(be);
     if (im->scratch) cuda_free(be, im->scratch);
@@ -520,6 +379,41 @@ static double peak_tflops(const struct cudaDeviceProp *p) {
     return 0.0;
 }
 
+/* ---- the interface tables (the ops table is in cuda_ops.c) ---- */
+
+static const fsdp_backend_runtime cuda_runtime = {
+    .dtype_size = cuda_dtype_size,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .memory_info = cuda_memory_info,
+    .reserve_scratch = cuda_reserve_scratch,
+    .alloc_host = cuda_alloc_host,
+    .free_host = cuda_free_host,
+    .copy_h2d = cuda_copy_h2d,
+    .copy_d2h = cuda_copy_d2h,
+    .zero = cuda_zero,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_synchronize = cuda_event_synchronize,
+    .stream_synchronize = cuda_stream_synchronize,
+    .event_elapsed_ms = cuda_event_elapsed_ms,
+    .destroy = cuda_destroy,
+};
+
+static const fsdp_backend_collectives cuda_collectives = {
+    .comm_create = cuda_comm_create,
+    .comm_destroy = cuda_comm_destroy,
+    .alloc_shared = cuda_alloc_shared,
+    .all_gather = cuda_all_gather,
+    .reduce_scatter = cuda_reduce_scatter,
+    .all_reduce = cuda_all_reduce,
+    .all_to_all = cuda_all_to_all,
+};
+
 fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_err *err) {
     int count = 0;
     FSDP_CHECK_CUDA(cudaGetDeviceCount(&count));
@@ -528,8 +422,8 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
         return NULL;
     }
     fsdp_backend *be = fsdp_xcalloc(1, sizeof *be, "the CUDA backend");
-    cuda_impl *im = fsdp_xcalloc(1, sizeof *im, "the CUDA backend");
-    be->impl = im;
+    cuda_context *im = fsdp_xcalloc(1, sizeof *im, "the CUDA backend");
+    be->context = im;
     im->device = opts->local_rank % count;
     FSDP_CHECK_CUDA(cudaSetDevice(im->device));
     FSDP_CHECK_CUDA(cudaGetDeviceProperties(&im->prop, im->device));
@@ -545,64 +439,9 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->kind = FSDP_DEVICE_CUDA;
     be->memory_limit = opts->memory_limit;
 
-    be->dtype_size = cuda_dtype_size;
-    be->alloc = cuda_alloc;
-    be->free = cuda_free;
-    be->memory_info = cuda_memory_info;
-    be->reserve_scratch = cuda_reserve_scratch;
-    be->alloc_host = cuda_alloc_host;
-    be->free_host = cuda_free_host;
-    be->copy_h2d = cuda_copy_h2d;
-    be->copy_d2h = cuda_copy_d2h;
-    be->copy_d2d = cuda_copy_d2d;
-    be->zero = cuda_zero;
-
-    be->stream_create = cuda_stream_create;
-    be->stream_destroy = cuda_stream_destroy;
-    be->event_create = cuda_event_create;
-    be->event_destroy = cuda_event_destroy;
-    be->event_record = cuda_event_record;
-    be->stream_wait_event = cuda_stream_wait_event;
-    be->event_synchronize = cuda_event_synchronize;
-    be->stream_synchronize = cuda_stream_synchronize;
-    be->event_elapsed_ms = cuda_event_elapsed_ms;
-
-    be->comm_create = cuda_comm_create;
-    be->comm_destroy = cuda_comm_destroy;
-    be->alloc_shared = cuda_alloc_shared;
-    be->all_to_all = cuda_all_to_all;
-    be->all_gather = cuda_all_gather;
-    be->reduce_scatter = cuda_reduce_scatter;
-    be->all_reduce = cuda_all_reduce;
-
-    be->cast = cuda_cast;
-    be->accumulate = cuda_accumulate;
-    be->sum_squares = cuda_sum_squares;
-    be->sum = cuda_sum;
-    be->clip_scale = cuda_clip_scale;
-    be->adamw = cuda_adamw;
-
-    be->add_rows = cuda_add_rows;
-    be->embedding_forward = cuda_embedding_forward;
-    be->embedding_backward = cuda_embedding_backward;
-    be->rmsnorm_forward = cuda_rmsnorm_forward;
-    be->rmsnorm_backward = cuda_rmsnorm_backward;
-    be->layernorm_forward = cuda_layernorm_forward;
-    be->layernorm_backward = cuda_layernorm_backward;
-    be->matmul_forward = cuda_matmul_forward;
-    be->matmul_backward = cuda_matmul_backward;
-    be->relu_backward = cuda_relu_backward;
-    be->rope_forward = cuda_rope_forward;
-    be->rope_backward = cuda_rope_backward;
-    be->attention_forward = fsdp_cuda_attention_forward_op;
-    be->attention_backward = fsdp_cuda_attention_backward_op;
-    be->kv_cache_append = fsdp_cuda_kv_cache_append_op;
-    be->attention_decode = fsdp_cuda_attention_decode_op;
-    fsdp_cuda_set_dropout_ops(be);
-    be->swiglu_forward = cuda_swiglu_forward;
-    be->swiglu_backward = cuda_swiglu_backward;
-    be->cross_entropy = cuda_cross_entropy;
-    be->destroy = cuda_destroy;
+    be->runtime = &cuda_runtime;
+    be->coll = &cuda_collectives;
+    be->ops = &fsdp_cuda_ops;
 
     be->compute = cuda_stream_create(be, "compute");
     FSDP_CHECK_CUBLAS(cublasLtCreate(&im->lt));

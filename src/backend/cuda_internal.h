@@ -1,5 +1,5 @@
-/* Private to the CUDA backend (src/backend/cuda_*.c): its state, checked-call macros and the
- * pieces split across files (matrix products, attention, communicators). */
+/* Private to the CUDA backend (src/backend/cuda_*.c): its context (the per-instance state),
+ * checked-call macros and the pieces split across files (matrix products, attention, the ops). */
 #ifndef FSDP_BACKEND_CUDA_INTERNAL_H
 #define FSDP_BACKEND_CUDA_INTERNAL_H
 
@@ -74,9 +74,9 @@ typedef struct {
     fsdp_comm *comms;
     allocation *allocations;
     int tf32;
-} cuda_impl;
+} cuda_context;
 
-static inline cuda_impl *cuda_of(fsdp_backend *be) { return (cuda_impl *)be->impl; }
+static inline cuda_context *cuda_of(fsdp_backend *be) { return (cuda_context *)be->context; }
 static inline cudaStream_t compute_stream(fsdp_backend *be) { return be->compute->stream; }
 
 /* Device memory for compute-stream scratch: at least `bytes`, valid until the next call. */
@@ -109,7 +109,8 @@ void fsdp_cuda_gemm_strided_batched(fsdp_backend *be, int transa, int transb, in
                                     int lda, long long stride_a, const void *B, int ldb, long long stride_b, float beta,
                                     void *C, int ldc, long long stride_c, int batch, fsdp_dtype t, cudaStream_t s);
 
-/* cuda_attention.c: the attention_forward / attention_backward ops (drop NULL: no dropout). */
+/* cuda_attention.c: the attention_forward / attention_backward ops (drop NULL: no dropout), entries of
+ * fsdp_cuda_ops. */
 void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
 void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout, const void *qkv,
@@ -122,8 +123,8 @@ void fsdp_cuda_kv_cache_append_op(fsdp_backend *be, void *k_cache, void *v_cache
 void fsdp_cuda_attention_decode_op(fsdp_backend *be, void *out, const void *qkv, const void *k_cache,
                                    const void *v_cache, int N, int pos0, int cap, int Hq, int Hkv, int D);
 
-/* cuda_dropout.c: fills the residual-dropout entries of the table. */
-void fsdp_cuda_set_dropout_ops(fsdp_backend *be);
+/* cuda_ops.c: the ops table of the CUDA backend. */
+extern const fsdp_backend_ops fsdp_cuda_ops;
 
 /* Waits for an event, polling NCCL communicators for asynchronous errors so that a failure on a
  * peer ends this rank with a message instead of a hang. */

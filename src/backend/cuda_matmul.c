@@ -51,7 +51,7 @@ void fsdp_cuda_matmul_init(fsdp_backend *be) {
                    tune_env);
     mc->no_tuning = !fsdp_device_gemm_tuning();
     /* Now rather than at the first product that needs it, so that the first step allocates nothing. */
-    if (!mc->no_tuning) mc->tune_scratch = be->alloc(be, TUNE_SCRATCH_BYTES, "matmul tuning scratch");
+    if (!mc->no_tuning) mc->tune_scratch = be->runtime->alloc(be, TUNE_SCRATCH_BYTES, "matmul tuning scratch");
     cuda_of(be)->matmuls = mc;
 }
 
@@ -67,7 +67,7 @@ void fsdp_cuda_matmul_destroy(fsdp_backend *be) {
         cublasLtMatrixLayoutDestroy(e->d);
         free(e);
     }
-    if (mc->tune_scratch) be->free(be, mc->tune_scratch);
+    if (mc->tune_scratch) be->runtime->free(be, mc->tune_scratch);
     free(mc);
 }
 
@@ -118,7 +118,7 @@ static cublasLtMatmulPreference_t make_preference(fsdp_backend *be, const gemm_k
 static void run(fsdp_backend *be, cublasLtMatmulDesc_t desc, const cublasLtMatmulAlgo_t *algo, const fsdp_gemm *g,
                 cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                 cublasLtMatrixLayout_t d, const void *C, void *D, cudaStream_t s) {
-    cuda_impl *im = cuda_of(be);
+    cuda_context *im = cuda_of(be);
     float alpha = 1.0f, beta = g->beta;
     if (g->bias)
         FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
@@ -222,7 +222,7 @@ void fsdp_cuda_gemm(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) {
 void fsdp_cuda_gemm_strided_batched(fsdp_backend *be, int transa, int transb, int m, int n, int k, const void *A,
                                     int lda, long long stride_a, const void *B, int ldb, long long stride_b, float beta,
                                     void *C, int ldc, long long stride_c, int batch, fsdp_dtype t, cudaStream_t s) {
-    cuda_impl *im = cuda_of(be);
+    cuda_context *im = cuda_of(be);
     float alpha = 1.0f;
     cudaDataType_t ct = cuda_type(t);
     cublasComputeType_t compute = (t == FSDP_F32 && im->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;

@@ -320,7 +320,7 @@ int fsdp_cmd_generate(int argc, char **argv) {
     const char *kind = f.device;
     if (!strcmp(kind, "auto")) kind = fsdp_backend_cuda_available() ? "cuda" : "cpu";
     fsdp_dtype act = !strcmp(f.dtype, "bf16") || (!strcmp(f.dtype, "auto") && !strcmp(kind, "cuda")) ? FSDP_BF16 : FSDP_F32;
-    fsdp_backend_options bo = {kind, act, act, 0, 1, 0, 0};
+    fsdp_backend_options bo = {.kind = kind, .act_dtype = act, .grad_dtype = act, .local_size = 1};
     fsdp_backend *be = fsdp_backend_create(&bo, &err);
     if (!be) fsdp_exit_error(&err, 0);
     fsdp_resident_model model;
@@ -380,6 +380,6 @@ int fsdp_cmd_generate(int argc, char **argv) {
     free(prompt);
     fsdp_tokenizer_free(tok);
     fsdp_resident_free(be, &model);
-    be->destroy(be);
+    be->runtime->destroy(be);
     return 0;
 }

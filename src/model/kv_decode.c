@@ -102,11 +102,11 @@ fsdp_kv_decoder *fsdp_kv_decoder_create(fsdp_backend *be, const fsdp_model_confi
     d->swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU;
     d->rope = cfg->family->pos == FSDP_POS_ROPE;
     d->pos_offset = cfg->family->pos_offset;
-    d->ae = be->dtype_size(be, be->act_dtype);
+    d->ae = be->runtime->dtype_size(be, be->act_dtype);
 
     carver c = {NULL, 0};
     plan(&c, cfg, shape, d->ae, NULL);
-    d->arena = be->alloc(be, c.used, "the KV cache and generation activations");
+    d->arena = be->runtime->alloc(be, c.used, "the KV cache and generation activations");
     if (!d->arena) { /* a deferred out-of-memory (backend.h) */
         fsdp_errf(err, "out of device memory for the KV cache and activations (%.2f GiB)",
                   (double)c.used / (1 << 30));
@@ -117,13 +117,13 @@ fsdp_kv_decoder *fsdp_kv_decoder_create(fsdp_backend *be, const fsdp_model_confi
     c.used = 0;
     plan(&c, cfg, shape, d->ae, d);
     /* The attention's split scratch for the longest row, now rather than while tokens stream. */
-    be->reserve_scratch(be, fsdp_device_decode_scratch(be->kind, d->Hq, d->D, shape->capacity));
+    be->runtime->reserve_scratch(be, fsdp_device_decode_scratch(be->kind, d->Hq, d->D, shape->capacity));
     if (d->rope) {
         size_t bytes = (size_t)shape->capacity * d->D * sizeof(float);
         float *table = fsdp_xmalloc(bytes, "the rotary table");
         fsdp_model_rope_table(cfg, shape->capacity, table);
-        be->copy_h2d(be, d->cos_sin, table, bytes, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_h2d(be, d->cos_sin, table, bytes, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
         free(table);
     }
     return d;
@@ -131,7 +131,7 @@ fsdp_kv_decoder *fsdp_kv_decoder_create(fsdp_backend *be, const fsdp_model_confi
 
 void fsdp_kv_decoder_destroy(fsdp_kv_decoder *d) {
     if (!d) return;
-    d->be->free(d->be, d->arena);
+    d->be->runtime->free(d->be, d->arena);
     free(d);
 }
 
@@ -143,9 +143,9 @@ void fsdp_kv_decoder_reset(fsdp_kv_decoder *d) { d->length = 0; }
 static void norm(fsdp_kv_decoder *d, void *out, const void *inp, const void *w, const void *b, int n) {
     fsdp_backend *be = d->be;
     if (d->rms)
-        be->rmsnorm_forward(be, out, d->rstd, inp, w, n, d->C, d->cfg.norm_eps);
+        be->ops->rmsnorm_forward(be, out, d->rstd, inp, w, n, d->C, d->cfg.norm_eps);
     else
-        be->layernorm_forward(be, out, d->mean, d->rstd, inp, w, b, n, d->C, d->cfg.norm_eps);
+        be->ops->layernorm_forward(be, out, d->mean, d->rstd, inp, w, b, n, d->C, d->cfg.norm_eps);
 }
 
 static void *layer_cache(fsdp_kv_decoder *d, int layer, int v) {
@@ -160,23 +160,23 @@ static void block(fsdp_kv_decoder *d, int layer, const void *params, int n) {
     void *kc = layer_cache(d, layer, 0), *vc = layer_cache(d, layer, 1);
 
     norm(d, d->ln, d->x, w.ln1w, w.ln1b, n);
-    be->matmul_forward(be, d->qkv, d->ln, w.wqkv, w.bqkv, NULL, n, d->C, d->QKV, 0);
-    if (d->rope) be->rope_forward(be, d->qkv, d->cos_sin + (size_t)pos0 * d->D, 1, n, d->Hq, d->Hkv, d->D);
-    be->kv_cache_append(be, kc, vc, d->qkv, n, pos0, cap, d->Hq, d->Hkv, d->D);
+    be->ops->matmul_forward(be, d->qkv, d->ln, w.wqkv, w.bqkv, NULL, n, d->C, d->QKV, 0);
+    if (d->rope) be->ops->rope_forward(be, d->qkv, d->cos_sin + (size_t)pos0 * d->D, 1, n, d->Hq, d->Hkv, d->D);
+    be->ops->kv_cache_append(be, kc, vc, d->qkv, n, pos0, cap, d->Hq, d->Hkv, d->D);
     if (pos0 == 0 && n > 1) /* the prefill: causal attention over the tokens themselves */
-        be->attention_forward(be, FSDP_ATTN_FLASH, d->att, d->lse, NULL, d->qkv, 1, n, d->Hq, d->Hkv, d->D, NULL);
+        be->ops->attention_forward(be, FSDP_ATTN_FLASH, d->att, d->lse, NULL, d->qkv, 1, n, d->Hq, d->Hkv, d->D, NULL);
     else
-        be->attention_decode(be, d->att, d->qkv, kc, vc, n, pos0, cap, d->Hq, d->Hkv, d->D);
-    be->matmul_forward(be, d->x, d->att, w.wo, w.bo, d->x, n, d->Q, d->C, 0);
+        be->ops->attention_decode(be, d->att, d->qkv, kc, vc, n, pos0, cap, d->Hq, d->Hkv, d->D);
+    be->ops->matmul_forward(be, d->x, d->att, w.wo, w.bo, d->x, n, d->Q, d->C, 0);
 
     norm(d, d->ln, d->x, w.ln2w, w.ln2b, n);
     if (d->swiglu) {
-        be->matmul_forward(be, d->fc, d->ln, w.w1, w.b1, NULL, n, d->C, 2 * d->F, 0);
-        be->swiglu_forward(be, d->fc_act, d->fc, n, d->F);
+        be->ops->matmul_forward(be, d->fc, d->ln, w.w1, w.b1, NULL, n, d->C, 2 * d->F, 0);
+        be->ops->swiglu_forward(be, d->fc_act, d->fc, n, d->F);
     } else {
-        be->matmul_forward(be, d->fc, d->ln, w.w1, w.b1, NULL, n, d->C, d->F, 1);
+        be->ops->matmul_forward(be, d->fc, d->ln, w.w1, w.b1, NULL, n, d->C, d->F, 1);
     }
-    be->matmul_forward(be, d->x, d->fc_act, w.w2, w.b2, d->x, n, d->F, d->C, 0);
+    be->ops->matmul_forward(be, d->x, d->fc_act, w.w2, w.b2, d->x, n, d->F, d->C, 0);
 }
 
 int fsdp_kv_decoder_forward(fsdp_kv_decoder *d, const void *const *units, const int32_t *tokens, int n, int all,
@@ -194,10 +194,10 @@ int fsdp_kv_decoder_forward(fsdp_kv_decoder *d, const void *const *units, const 
 
     const fsdp_layout *l = d->layout;
     const void *embed = units[fsdp_unit_embed(l)], *head = units[fsdp_unit_head(l)];
-    be->copy_h2d(be, d->tokens, tokens, (size_t)n * sizeof(int32_t), be->compute);
+    be->runtime->copy_h2d(be, d->tokens, tokens, (size_t)n * sizeof(int32_t), be->compute);
     const void *wte = fsdp_unit_param(l, fsdp_unit_embed(l), FSDP_MOD_EMBED_TOKENS, 0, embed, d->ae);
     const void *wpe = fsdp_unit_param(l, fsdp_unit_embed(l), FSDP_MOD_EMBED_POSITIONS, 0, embed, d->ae);
-    be->embedding_forward(be, d->x, d->tokens, wte, wpe, d->pos_offset + d->length, n, n, d->C);
+    be->ops->embedding_forward(be, d->x, d->tokens, wte, wpe, d->pos_offset + d->length, n, n, d->C);
     for (int i = 0; i < d->L; i++) block(d, i, units[fsdp_unit_block(l, i)], n);
 
     int rows = all ? n : 1, first = all ? 0 : n - 1;
@@ -207,11 +207,12 @@ int fsdp_kv_decoder_forward(fsdp_kv_decoder *d, const void *const *units, const 
     const void *w_head = d->cfg.tie_word_embeddings ? wte
                                                     : fsdp_unit_param(l, hu, FSDP_MOD_LM_HEAD, 0, head, d->ae);
     norm(d, d->ln, (const char *)d->x + (size_t)first * d->C * d->ae, normw, normb, rows);
-    be->matmul_forward(be, d->logits, d->ln, w_head, NULL, NULL, rows, d->C, d->V, 0);
+    be->ops->matmul_forward(be, d->logits, d->ln, w_head, NULL, NULL, rows, d->C, d->V, 0);
     size_t count = (size_t)rows * d->V;
-    if ((void *)d->logits32 != d->logits) be->cast(be, d->logits32, FSDP_F32, d->logits, be->act_dtype, count, be->compute);
-    be->copy_d2h(be, logits, d->logits32, count * sizeof(float), be->compute);
-    be->stream_synchronize(be, be->compute);
+    if ((void *)d->logits32 != d->logits)
+        be->ops->cast(be, d->logits32, FSDP_F32, d->logits, be->act_dtype, count, be->compute);
+    be->runtime->copy_d2h(be, logits, d->logits32, count * sizeof(float), be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
     d->length += n;
     return 0;
 }

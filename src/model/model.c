@@ -40,8 +40,8 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
     m->be = be;
     m->cfg = *cfg;
     m->layout = layout;
-    m->ae = be->dtype_size(be, be->act_dtype);
-    m->ge = be->dtype_size(be, be->grad_dtype);
+    m->ae = be->runtime->dtype_size(be, be->act_dtype);
+    m->ge = be->runtime->dtype_size(be, be->grad_dtype);
     fsdp_model_dims d = fsdp_model_make_dims(cfg, shape, m->ae);
     m->B = d.B, m->T = d.T, m->N = d.N, m->C = d.C, m->F = d.F, m->Hq = d.Hq, m->Hkv = d.Hkv, m->D = d.D;
     m->QKV = d.QKV, m->Q = d.Q, m->V = d.V, m->chunk_rows = d.chunk, m->attn = d.attn, m->recompute = d.recompute;
@@ -52,20 +52,20 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
     m->layers = fsdp_xcalloc((size_t)cfg->num_layers, sizeof *m->layers, "layer activations");
 
     m->arena_bytes = fsdp_model_arena_walk(&d, NULL, NULL, NULL);
-    m->arena = be->alloc(be, m->arena_bytes, "activations");
+    m->arena = be->runtime->alloc(be, m->arena_bytes, "activations");
     fsdp_model_arena_walk(&d, m->arena, m, NULL);
 
     float *table = fsdp_xmalloc((size_t)d.T * d.D * sizeof(float), "the rotary table");
     fsdp_model_rope_table(cfg, d.T, table);
-    be->copy_h2d(be, m->cos_sin, table, (size_t)d.T * d.D * sizeof(float), be->compute);
-    be->stream_synchronize(be, be->compute);
+    be->runtime->copy_h2d(be, m->cos_sin, table, (size_t)d.T * d.D * sizeof(float), be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
     free(table);
     return m;
 }
 
 void fsdp_model_destroy(fsdp_model *m) {
     if (!m) return;
-    m->be->free(m->be, m->arena);
+    m->be->runtime->free(m->be, m->arena);
     free(m->layers);
     free(m);
 }
@@ -111,18 +111,18 @@ static void norm_forward(fsdp_model *m, void *out, float *mean, float *rstd, con
                          const void *b) {
     fsdp_backend *be = m->be;
     if (m->rms)
-        be->rmsnorm_forward(be, out, rstd, inp, w, m->N, m->C, m->cfg.norm_eps);
+        be->ops->rmsnorm_forward(be, out, rstd, inp, w, m->N, m->C, m->cfg.norm_eps);
     else
-        be->layernorm_forward(be, out, mean, rstd, inp, w, b, m->N, m->C, m->cfg.norm_eps);
+        be->ops->layernorm_forward(be, out, mean, rstd, inp, w, b, m->N, m->C, m->cfg.norm_eps);
 }
 
 static void norm_backward(fsdp_model *m, void *dinp, void *dw, void *db, const void *dout, const void *inp,
                           const void *w, const float *mean, const float *rstd) {
     fsdp_backend *be = m->be;
     if (m->rms)
-        be->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, m->N, m->C);
+        be->ops->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, m->N, m->C);
     else
-        be->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, m->N, m->C);
+        be->ops->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, m->N, m->C);
 }
 
 /* res_out = residual + dropped x, then the norm of res_out (the fused backend ops). */
@@ -131,10 +131,11 @@ static void norm_dropout_forward(fsdp_model *m, void *res_out, void *out, float 
                                  const fsdp_dropout *drop) {
     fsdp_backend *be = m->be;
     if (m->rms)
-        be->rmsnorm_dropout_forward(be, res_out, out, rstd, residual, x, w, m->N, m->T, m->C, m->cfg.norm_eps, drop);
+        be->ops->rmsnorm_dropout_forward(be, res_out, out, rstd, residual, x, w, m->N, m->T, m->C, m->cfg.norm_eps,
+                                         drop);
     else
-        be->layernorm_dropout_forward(be, res_out, out, mean, rstd, residual, x, w, b, m->N, m->T, m->C,
-                                      m->cfg.norm_eps, drop);
+        be->ops->layernorm_dropout_forward(be, res_out, out, mean, rstd, residual, x, w, b, m->N, m->T, m->C,
+                                           m->cfg.norm_eps, drop);
 }
 
 /* The norm's backward (dinp +=) and then dx = the dropped dinp: the gradient of the branch. */
@@ -143,9 +144,9 @@ static void norm_dropout_backward(fsdp_model *m, void *dinp, void *dx, void *dw,
                                   const fsdp_dropout *drop) {
     fsdp_backend *be = m->be;
     if (m->rms)
-        be->rmsnorm_dropout_backward(be, dinp, dx, dw, dout, inp, w, rstd, m->N, m->T, m->C, drop);
+        be->ops->rmsnorm_dropout_backward(be, dinp, dx, dw, dout, inp, w, rstd, m->N, m->T, m->C, drop);
     else
-        be->layernorm_dropout_backward(be, dinp, dx, dw, db, dout, inp, w, mean, rstd, m->N, m->T, m->C, drop);
+        be->ops->layernorm_dropout_backward(be, dinp, dx, dw, db, dout, inp, w, mean, rstd, m->N, m->T, m->C, drop);
 }
 
 static void *layer_output(fsdp_model *m, int layer) {
@@ -159,7 +160,7 @@ void fsdp_model_embed_forward(fsdp_model *m, const void *embed_params) {
     int u = fsdp_unit_embed(m->layout);
     const void *wte = param(m, u, FSDP_MOD_EMBED_TOKENS, 0, embed_params, m->ae);
     const void *wpe = param(m, u, FSDP_MOD_EMBED_POSITIONS, 0, embed_params, m->ae); /* NULL with RoPE */
-    be->embedding_forward(be, m->layers[0].res_in, m->tokens, wte, wpe, m->pos_offset, m->N, m->T, m->C);
+    be->ops->embedding_forward(be, m->layers[0].res_in, m->tokens, wte, wpe, m->pos_offset, m->N, m->T, m->C);
 }
 
 /* A layer from its first norm's output on: q|k|v, rotary, attention, the output projection with
@@ -170,23 +171,23 @@ static void layer_body(fsdp_model *m, int layer, layer_acts *a, const block_ptrs
     fsdp_backend *be = m->be;
     int N = m->N, C = m->C;
     fsdp_dropout d_probs, d_attn;
-    be->matmul_forward(be, a->qkv, a->ln1, w->wqkv, w->bqkv, NULL, N, C, m->QKV, 0);
-    if (m->rope) be->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
-    be->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
-                          dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
+    be->ops->matmul_forward(be, a->qkv, a->ln1, w->wqkv, w->bqkv, NULL, N, C, m->QKV, 0);
+    if (m->rope) be->ops->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
+    be->ops->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
+                               dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
     if (residual_dropping(m)) {
-        be->matmul_forward(be, m->branch, a->att, w->wo, w->bo, NULL, N, m->Q, C, 0);
+        be->ops->matmul_forward(be, m->branch, a->att, w->wo, w->bo, NULL, N, m->Q, C, 0);
         norm_dropout_forward(m, a->res_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_in, m->branch, w->ln2w, w->ln2b,
                              dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT));
     } else {
-        be->matmul_forward(be, a->res_mid, a->att, w->wo, w->bo, a->res_in, N, m->Q, C, 0);
+        be->ops->matmul_forward(be, a->res_mid, a->att, w->wo, w->bo, a->res_in, N, m->Q, C, 0);
         norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
     }
     if (m->swiglu) {
-        be->matmul_forward(be, a->fc, a->ln2, w->w1, w->b1, NULL, N, C, 2 * m->F, 0);
-        be->swiglu_forward(be, a->fc_act, a->fc, N, m->F);
+        be->ops->matmul_forward(be, a->fc, a->ln2, w->w1, w->b1, NULL, N, C, 2 * m->F, 0);
+        be->ops->swiglu_forward(be, a->fc_act, a->fc, N, m->F);
     } else {
-        be->matmul_forward(be, a->fc, a->ln2, w->w1, w->b1, NULL, N, C, m->F, 1);
+        be->ops->matmul_forward(be, a->fc, a->ln2, w->w1, w->b1, NULL, N, C, m->F, 1);
     }
 }
 
@@ -205,9 +206,9 @@ void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
     layer_body(m, layer, a, &w);
     /* Dropping: the next layer's input norm (or the final norm) adds the MLP output to res_mid. */
     if (dropping)
-        be->matmul_forward(be, m->branch, a->fc_act, w.w2, w.b2, NULL, m->N, m->F, m->C, 0);
+        be->ops->matmul_forward(be, m->branch, a->fc_act, w.w2, w.b2, NULL, m->N, m->F, m->C, 0);
     else
-        be->matmul_forward(be, layer_output(m, layer), a->fc_act, w.w2, w.b2, a->res_mid, m->N, m->F, m->C, 0);
+        be->ops->matmul_forward(be, layer_output(m, layer), a->fc_act, w.w2, w.b2, a->res_mid, m->N, m->F, m->C, 0);
 }
 
 /* ---- recomputation: what block_backward reads of a layer that the layer did not keep ---- */
@@ -227,11 +228,11 @@ static void recompute_layer(fsdp_model *m, int layer, layer_acts *a, const block
      * overwrites datt before it reads it. */
     if (m->attn == FSDP_ATTN_EAGER) {
         fsdp_dropout d_probs;
-        be->attention_forward(be, m->attn, m->datt, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
-                              dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
+        be->ops->attention_forward(be, m->attn, m->datt, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
+                                   dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
     }
     norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
-    if (m->swiglu) be->swiglu_forward(be, a->fc_act, a->fc, m->N, m->F);
+    if (m->swiglu) be->ops->swiglu_forward(be, a->fc_act, a->fc, m->N, m->F);
 }
 
 /* ---- head: final norm, chunked LM head + cross-entropy, and their backward ---- */
@@ -269,16 +270,16 @@ static void head_pass(fsdp_model *m, const void *head_params, void *head_grads, 
         int rows = m->N - r0 < m->chunk_rows ? m->N - r0 : m->chunk_rows;
         const char *h = (const char *)m->lnf + (size_t)r0 * m->C * m->ae;
         char *dh = (char *)m->dln + (size_t)r0 * m->C * m->ae;
-        be->matmul_forward(be, m->logits, h, w_head, NULL, NULL, rows, m->C, m->V, 0);
+        be->ops->matmul_forward(be, m->logits, h, w_head, NULL, NULL, rows, m->C, m->V, 0);
         /* Forward-only still gets the (unused) logit gradient: the op is fused, and cheap next to the
          * product. */
-        be->cross_entropy(be, m->losses + r0, m->logits, m->targets + r0, rows, m->V, grad_scale);
-        if (backward) be->matmul_backward(be, dh, dw_head, NULL, m->logits, h, w_head, rows, m->C, m->V);
+        be->ops->cross_entropy(be, m->losses + r0, m->logits, m->targets + r0, rows, m->V, grad_scale);
+        if (backward) be->ops->matmul_backward(be, dh, dw_head, NULL, m->logits, h, w_head, rows, m->C, m->V);
     }
-    be->sum(be, loss_sum, m->losses, (size_t)m->N, be->compute);
+    be->ops->sum(be, loss_sum, m->losses, (size_t)m->N, be->compute);
     if (!backward) return;
     /* The norm's backward adds into the residual gradient, which starts here. */
-    be->zero(be, m->dres, (size_t)m->N * m->C * m->ae, be->compute);
+    be->runtime->zero(be, m->dres, (size_t)m->N * m->C * m->ae, be->compute);
     if (drop) /* and the last layer's MLP output gets its dropped share, in dbranch */
         norm_dropout_backward(m, m->dres, m->dbranch, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean,
                               m->lnf_rstd, drop);
@@ -313,13 +314,13 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
 
     /* MLP: dres is d(layer output); the residual path passes it through unchanged. */
     if (m->swiglu) {
-        be->matmul_backward(be, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, N, m->F, C);
-        be->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F);
-        be->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, 2 * m->F);
+        be->ops->matmul_backward(be, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, N, m->F, C);
+        be->ops->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F);
+        be->ops->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, 2 * m->F);
     } else {
-        be->matmul_backward(be, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, N, m->F, C);
-        be->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
-        be->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, m->F);
+        be->ops->matmul_backward(be, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, N, m->F, C);
+        be->ops->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
+        be->ops->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, m->F);
     }
     if (dropping)
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean,
@@ -328,11 +329,12 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
         norm_backward(m, m->dres, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean, a->ln2_rstd);
 
     /* Attention: dres is now d(res_mid). */
-    be->matmul_backward(be, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, N, m->Q, C);
-    be->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
-                           m->Hkv, m->D, dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
-    if (m->rope) be->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
-    be->matmul_backward(be, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, N, C, m->QKV);
+    be->ops->matmul_backward(be, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, N, m->Q, C);
+    be->ops->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
+                                m->Hkv, m->D,
+                                dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
+    if (m->rope) be->ops->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
+    be->ops->matmul_backward(be, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, N, C, m->QKV);
     if (dropping && layer > 0) /* the previous layer's MLP output gets its dropped share */
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean,
                               a->ln1_rstd, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));
@@ -360,5 +362,5 @@ void fsdp_model_embed_backward(fsdp_model *m, const void *embed_params, void *em
     int u = fsdp_unit_embed(m->layout);
     void *dwte = param(m, u, FSDP_MOD_EMBED_TOKENS, 0, embed_grads, m->ge);
     void *dwpe = param(m, u, FSDP_MOD_EMBED_POSITIONS, 0, embed_grads, m->ge);
-    be->embedding_backward(be, dwte, dwpe, m->dres, m->tokens, m->padding_idx, m->pos_offset, m->N, m->T, m->C);
+    be->ops->embedding_backward(be, dwte, dwpe, m->dres, m->tokens, m->padding_idx, m->pos_offset, m->N, m->T, m->C);
 }

@@ -111,7 +111,7 @@ static fsdp_event *pool_event(fsdp_engine *e, int *index) {
         int cap = e->pool_cap ? 2 * e->pool_cap : 64;
         e->pool = realloc(e->pool, (size_t)cap * sizeof *e->pool);
         if (!e->pool) fsdp_fatal("out of host memory for timing events");
-        for (int i = e->pool_cap; i < cap; i++) e->pool[i] = e->be->event_create(e->be, 1);
+        for (int i = e->pool_cap; i < cap; i++) e->pool[i] = e->be->runtime->event_create(e->be, 1);
         e->pool_cap = cap;
     }
     *index = e->pool_used;
@@ -122,8 +122,8 @@ static fsdp_event *pool_event(fsdp_engine *e, int *index) {
 static void compute_waits(fsdp_engine *e, int ready_index, int what) {
     int begin;
     fsdp_event *b = pool_event(e, &begin);
-    e->be->event_record(e->be, b, e->be->compute);
-    e->be->stream_wait_event(e->be, e->be->compute, e->pool[ready_index]);
+    e->be->runtime->event_record(e->be, b, e->be->compute);
+    e->be->runtime->stream_wait_event(e->be, e->be->compute, e->pool[ready_index]);
     if (e->num_wait_pairs == e->wait_pairs_cap) {
         e->wait_pairs_cap = e->wait_pairs_cap ? 2 * e->wait_pairs_cap : 64;
         e->wait_pairs = realloc(e->wait_pairs, (size_t)e->wait_pairs_cap * 3 * sizeof(int));
@@ -148,9 +148,9 @@ double fsdp_engine_take_comm_wait_ms(fsdp_engine *e) {
     for (int i = 0; i < e->num_wait_pairs; i++) {
         int *w = e->wait_pairs + 3 * i;
         fsdp_event *b = e->pool[w[0]], *r = e->pool[w[1]];
-        e->be->event_synchronize(e->be, r);
-        e->be->event_synchronize(e->be, b);
-        float ms = e->be->event_elapsed_ms(e->be, b, r);
+        e->be->runtime->event_synchronize(e->be, r);
+        e->be->runtime->event_synchronize(e->be, b);
+        float ms = e->be->runtime->event_elapsed_ms(e->be, b, r);
         if (ms > 0.0f) total += ms; /* negative: the data was there before compute asked */
         if (verbose && ms >= 0.05f && used + 48 < sizeof detail) {
             int n = w[2] >= 0 ? snprintf(detail + used, sizeof detail - used, " #%d gather(unit %d) %.2f", i, w[2], ms)
@@ -170,13 +170,13 @@ double fsdp_engine_take_comm_wait_ms(fsdp_engine *e) {
 static void reserve_rows(fsdp_engine *e, int count, int row_len) {
     fsdp_backend *be = e->be;
     if ((size_t)count <= e->rows_capacity && row_len <= e->rows_len) return;
-    if (e->reduce_stream) be->stream_synchronize(be, e->reduce_stream);
-    if (e->rows_values) be->free(be, e->rows_values);
-    if (e->rows_index) be->free(be, e->rows_index);
+    if (e->reduce_stream) be->runtime->stream_synchronize(be, e->reduce_stream);
+    if (e->rows_values) be->runtime->free(be, e->rows_values);
+    if (e->rows_index) be->runtime->free(be, e->rows_index);
     e->bytes -= e->rows_bytes;
     size_t n = (size_t)e->world_size * (size_t)count;
-    e->rows_values = be->alloc(be, n * (size_t)row_len * e->ce, "gathered gradient rows");
-    e->rows_index = be->alloc(be, FSDP_MAX_ROW_SETS * n * sizeof(int32_t), "gathered gradient row indices");
+    e->rows_values = be->runtime->alloc(be, n * (size_t)row_len * e->ce, "gathered gradient rows");
+    e->rows_index = be->runtime->alloc(be, FSDP_MAX_ROW_SETS * n * sizeof(int32_t), "gathered gradient row indices");
     e->rows_bytes = n * (size_t)row_len * e->ce + FSDP_MAX_ROW_SETS * n * sizeof(int32_t);
     e->bytes += e->rows_bytes;
     e->rows_capacity = (size_t)count;
@@ -187,12 +187,12 @@ static void reserve_rows(fsdp_engine *e, int count, int row_len) {
 static void reserve_staging(fsdp_engine *e, int64_t need) {
     fsdp_backend *be = e->be;
     if (need <= e->staging_elems) return;
-    if (e->reduce_stream) be->stream_synchronize(be, e->reduce_stream);
+    if (e->reduce_stream) be->runtime->stream_synchronize(be, e->reduce_stream);
     if (e->staging) {
-        be->free(be, e->staging);
+        be->runtime->free(be, e->staging);
         e->bytes -= (size_t)e->staging_elems * e->re;
     }
-    e->staging = be->alloc_shared(be, e->reduce_comm, (size_t)need * e->re, "gradient staging buffer");
+    e->staging = be->coll->alloc_shared(be, e->reduce_comm, (size_t)need * e->re, "gradient staging buffer");
     e->staging_elems = need;
     e->bytes += (size_t)need * e->re;
 }
@@ -202,14 +202,14 @@ static void reserve_staging(fsdp_engine *e, int64_t need) {
 /* `shared_with`: the communicator whose collectives write into the ring (NULL: none). */
 static void ring_alloc(fsdp_engine *e, ring *r, size_t esize, fsdp_comm *shared_with, const char *what) {
     size_t bytes = (size_t)r->capacity * (size_t)r->elems * esize;
-    r->base = shared_with ? e->be->alloc_shared(e->be, shared_with, bytes, what) : e->be->alloc(e->be, bytes, what);
+    r->base = shared_with ? e->be->coll->alloc_shared(e->be, shared_with, bytes, what) : e->be->runtime->alloc(e->be, bytes, what);
     e->bytes += bytes;
     r->owner = fsdp_xmalloc((size_t)r->capacity * sizeof(int), what);
     r->released = fsdp_xcalloc((size_t)r->capacity, sizeof(fsdp_event *), what);
     r->released_valid = fsdp_xcalloc((size_t)r->capacity, sizeof(int), what);
     for (int s = 0; s < r->capacity; s++) {
         r->owner[s] = -1;
-        r->released[s] = e->be->event_create(e->be, 0);
+        r->released[s] = e->be->runtime->event_create(e->be, 0);
     }
 }
 
@@ -281,9 +281,9 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     e->active = e->order, e->active_len = opts->order_len;
     e->pinned = fsdp_xcalloc((size_t)num_units, sizeof(int), "pinned units");
     if (opts->pinned) memcpy(e->pinned, opts->pinned, (size_t)num_units * sizeof(int));
-    e->me = be->dtype_size(be, opts->master_dtype);
-    e->ce = be->dtype_size(be, opts->compute_dtype);
-    e->re = be->dtype_size(be, opts->reduce_dtype);
+    e->me = be->runtime->dtype_size(be, opts->master_dtype);
+    e->ce = be->runtime->dtype_size(be, opts->compute_dtype);
+    e->re = be->runtime->dtype_size(be, opts->reduce_dtype);
 
     split_groups(e, world, topo);
     int S = e->shard_size;
@@ -308,16 +308,16 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     /* Communicators first: the buffers gathers send from and receive into belong to the gather
      * communicator. */
     if (S > 1) {
-        e->gather_comm = be->comm_create(be, e->shard_mpi, "gather",
-                                         opts->copy_engine_gathers ? FSDP_COMM_COPY_ENGINES : 0);
+        e->gather_comm = be->coll->comm_create(be, e->shard_mpi, "gather",
+                                               opts->copy_engine_gathers ? FSDP_COMM_COPY_ENGINES : 0);
         if (!opts->forward_only) {
-            e->reduce_comm = be->comm_create(be, e->shard_mpi, "reduce-scatter",
-                                             opts->copy_engine_reductions ? FSDP_COMM_COPY_ENGINES : 0);
-            e->norm_comm = be->comm_create(be, e->shard_mpi, "gradient norm", 0);
+            e->reduce_comm = be->coll->comm_create(be, e->shard_mpi, "reduce-scatter",
+                                                   opts->copy_engine_reductions ? FSDP_COMM_COPY_ENGINES : 0);
+            e->norm_comm = be->coll->comm_create(be, e->shard_mpi, "gradient norm", 0);
         }
     }
     if (e->replica_size > 1 && !opts->forward_only)
-        e->replica_comm = be->comm_create(be, e->replica_mpi, "replica all-reduce", 0);
+        e->replica_comm = be->coll->comm_create(be, e->replica_mpi, "replica all-reduce", 0);
     FSDP_CHECK_MPI(MPI_Comm_size(world, &e->world_size));
     /* Gradient rows are gathered over the whole world on the reduce stream: reuse the communicator
      * that already spans it there, or make one (HYBRID, whose groups are both smaller). */
@@ -327,26 +327,26 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         else if (e->replica_size == e->world_size)
             e->rows_comm = e->replica_comm;
         else
-            e->rows_comm = e->own_rows_comm = be->comm_create(be, world, "gradient rows", 0);
+            e->rows_comm = e->own_rows_comm = be->coll->comm_create(be, world, "gradient rows", 0);
     }
 
     /* One allocation per class of state. */
     size_t reserved_before = be->reserved_bytes;
     size_t shard_bytes = (size_t)e->total_shard * e->me;
     int aliased = opts->compute_dtype == opts->master_dtype;
-    e->master = aliased ? be->alloc_shared(be, e->gather_comm, shard_bytes, "master weights")
-                        : be->alloc(be, shard_bytes, "master weights");
+    e->master = aliased ? be->coll->alloc_shared(be, e->gather_comm, shard_bytes, "master weights")
+                        : be->runtime->alloc(be, shard_bytes, "master weights");
     e->bytes += shard_bytes;
     if (!opts->forward_only) {
-        e->grad = be->alloc(be, shard_bytes, "gradient shards");
-        e->m = be->alloc(be, shard_bytes, "Adam first moments");
-        e->v = be->alloc(be, shard_bytes, "Adam second moments");
+        e->grad = be->runtime->alloc(be, shard_bytes, "gradient shards");
+        e->m = be->runtime->alloc(be, shard_bytes, "Adam first moments");
+        e->v = be->runtime->alloc(be, shard_bytes, "Adam second moments");
         e->bytes += 3 * shard_bytes;
     }
     if (aliased) {
         e->working = e->master;
     } else {
-        e->working = be->alloc_shared(be, e->gather_comm, (size_t)e->total_shard * e->ce, "working copy of the shards");
+        e->working = be->coll->alloc_shared(be, e->gather_comm, (size_t)e->total_shard * e->ce, "working copy of the shards");
         e->bytes += (size_t)e->total_shard * e->ce;
     }
 
@@ -360,7 +360,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     }
     e->direct_grads = S == 1 && e->replica_size == 1 && opts->reduce_dtype == opts->master_dtype;
     e->written = fsdp_xcalloc((size_t)num_units, 1, "gradient shard flags");
-    e->step_begun = be->event_create(be, 0);
+    e->step_begun = be->runtime->event_create(be, 0);
     e->num_grad_rings = e->direct_grads || opts->forward_only ? 0 : build_rings(e, &e->grad_rings, which, 0);
     for (int u = 0; u < num_units; u++) e->units[u].grad_ring = e->num_grad_rings ? which[u] : -1;
     int grad_slots = 0;
@@ -371,7 +371,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     }
     free(which);
     e->grad_ready = fsdp_xcalloc((size_t)grad_slots, sizeof *e->grad_ready, "gradient events");
-    for (int i = 0; i < grad_slots; i++) e->grad_ready[i] = be->event_create(be, 0);
+    for (int i = 0; i < grad_slots; i++) e->grad_ready[i] = be->runtime->event_create(be, 0);
     /* What the first step would otherwise size: nothing is allocated once training runs. */
     if (e->world_size > 1 && opts->rows_capacity > 0 && !opts->forward_only)
         reserve_rows(e, opts->rows_capacity, opts->row_len);
@@ -389,11 +389,11 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
                        be->reserved_bytes - reserved_before, plan.total);
     }
 
-    e->gather_stream = be->stream_create(be, "gather");
-    e->reduce_stream = be->stream_create(be, "reduce");
-    e->updated = be->event_create(be, 0);
-    e->rows_ready = be->event_create(be, 0);
-    e->rows_done = be->event_create(be, 0);
+    e->gather_stream = be->runtime->stream_create(be, "gather");
+    e->reduce_stream = be->runtime->stream_create(be, "reduce");
+    e->updated = be->runtime->event_create(be, 0);
+    e->rows_ready = be->runtime->event_create(be, 0);
+    e->rows_done = be->runtime->event_create(be, 0);
     if (fsdp_agree(&world, err)) {
         fsdp_engine_destroy(e);
         return NULL;
@@ -402,8 +402,8 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
 }
 
 static void ring_free(fsdp_backend *be, ring *r) {
-    be->free(be, r->base);
-    for (int s = 0; s < r->capacity; s++) be->event_destroy(be, r->released[s]);
+    be->runtime->free(be, r->base);
+    for (int s = 0; s < r->capacity; s++) be->runtime->event_destroy(be, r->released[s]);
     free(r->owner);
     free(r->released);
     free(r->released_valid);
@@ -412,36 +412,36 @@ static void ring_free(fsdp_backend *be, ring *r) {
 void fsdp_engine_destroy(fsdp_engine *e) {
     if (!e) return;
     fsdp_backend *be = e->be;
-    be->stream_synchronize(be, e->gather_stream);
-    be->stream_synchronize(be, e->reduce_stream);
-    be->stream_synchronize(be, be->compute);
+    be->runtime->stream_synchronize(be, e->gather_stream);
+    be->runtime->stream_synchronize(be, e->reduce_stream);
+    be->runtime->stream_synchronize(be, be->compute);
     int grad_slots = 0;
     for (int r = 0; r < e->num_grad_rings; r++) grad_slots += e->grad_rings[r].capacity;
     for (int r = 0; r < e->num_param_rings; r++) ring_free(be, &e->param_rings[r]);
     for (int r = 0; r < e->num_grad_rings; r++) ring_free(be, &e->grad_rings[r]);
-    for (int i = 0; i < grad_slots; i++) be->event_destroy(be, e->grad_ready[i]);
-    for (int i = 0; i < e->pool_cap; i++) be->event_destroy(be, e->pool[i]);
-    be->event_destroy(be, e->updated);
-    be->event_destroy(be, e->step_begun);
+    for (int i = 0; i < grad_slots; i++) be->runtime->event_destroy(be, e->grad_ready[i]);
+    for (int i = 0; i < e->pool_cap; i++) be->runtime->event_destroy(be, e->pool[i]);
+    be->runtime->event_destroy(be, e->updated);
+    be->runtime->event_destroy(be, e->step_begun);
     free(e->written);
-    if (e->rows_values) be->free(be, e->rows_values);
-    if (e->rows_index) be->free(be, e->rows_index);
-    be->event_destroy(be, e->rows_ready);
-    be->event_destroy(be, e->rows_done);
-    be->stream_destroy(be, e->gather_stream);
-    be->stream_destroy(be, e->reduce_stream);
-    if (e->staging) be->free(be, e->staging);
-    if (e->working != e->master) be->free(be, e->working);
-    be->free(be, e->master);
-    be->free(be, e->grad);
-    be->free(be, e->m);
-    be->free(be, e->v);
+    if (e->rows_values) be->runtime->free(be, e->rows_values);
+    if (e->rows_index) be->runtime->free(be, e->rows_index);
+    be->runtime->event_destroy(be, e->rows_ready);
+    be->runtime->event_destroy(be, e->rows_done);
+    be->runtime->stream_destroy(be, e->gather_stream);
+    be->runtime->stream_destroy(be, e->reduce_stream);
+    if (e->staging) be->runtime->free(be, e->staging);
+    if (e->working != e->master) be->runtime->free(be, e->working);
+    be->runtime->free(be, e->master);
+    be->runtime->free(be, e->grad);
+    be->runtime->free(be, e->m);
+    be->runtime->free(be, e->v);
     /* After the memory that alloc_shared gave for them. */
-    be->comm_destroy(be, e->gather_comm);
-    be->comm_destroy(be, e->reduce_comm);
-    be->comm_destroy(be, e->norm_comm);
-    be->comm_destroy(be, e->replica_comm);
-    be->comm_destroy(be, e->own_rows_comm);
+    be->coll->comm_destroy(be, e->gather_comm);
+    be->coll->comm_destroy(be, e->reduce_comm);
+    be->coll->comm_destroy(be, e->norm_comm);
+    be->coll->comm_destroy(be, e->replica_comm);
+    be->coll->comm_destroy(be, e->own_rows_comm);
     MPI_Comm_free(&e->shard_mpi);
     MPI_Comm_free(&e->replica_mpi);
     free(e->param_rings);
@@ -491,13 +491,13 @@ static int start_gather(fsdp_engine *e, int u) {
     ring *r = &e->param_rings[s->param_ring];
     int slot = free_slot(r);
     if (slot < 0) return 0;
-    if (r->released_valid[slot]) be->stream_wait_event(be, e->gather_stream, r->released[slot]);
+    if (r->released_valid[slot]) be->runtime->stream_wait_event(be, e->gather_stream, r->released[slot]);
     /* The shard it sends is what the last optimizer step wrote on the compute stream. */
-    if (e->updated_valid) be->stream_wait_event(be, e->gather_stream, e->updated);
+    if (e->updated_valid) be->runtime->stream_wait_event(be, e->gather_stream, e->updated);
     void *dst = slot_ptr(r, slot, e->ce);
     const void *src = (const char *)e->working + (size_t)s->offset * e->ce;
-    be->all_gather(be, e->gather_comm, src, dst, (size_t)s->shard_len, e->opts.compute_dtype, e->gather_stream);
-    be->event_record(be, pool_event(e, &s->gather_event), e->gather_stream);
+    be->coll->all_gather(be, e->gather_comm, src, dst, (size_t)s->shard_len, e->opts.compute_dtype, e->gather_stream);
+    be->runtime->event_record(be, pool_event(e, &s->gather_event), e->gather_stream);
     r->owner[slot] = u;
     s->param_slot = slot;
     return 1;
@@ -519,7 +519,7 @@ void fsdp_engine_begin_microbatch(fsdp_engine *e) {
     e->active = e->order, e->active_len = e->opts.order_len, e->forward_mode = 0;
     /* The last micro-batch's gradient rows are still read on the reduce stream. */
     if (e->rows_pending) {
-        e->be->stream_wait_event(e->be, e->be->compute, e->rows_done);
+        e->be->runtime->stream_wait_event(e->be, e->be->compute, e->rows_done);
         e->rows_pending = 0;
     }
     if (e->shard_size > 1) prefetch(e);
@@ -553,7 +553,7 @@ static void release_params(fsdp_engine *e, int u) {
     unit_state *s = &e->units[u];
     if (e->shard_size == 1 || s->param_slot < 0) return;
     ring *r = &e->param_rings[s->param_ring];
-    e->be->event_record(e->be, r->released[s->param_slot], e->be->compute);
+    e->be->runtime->event_record(e->be, r->released[s->param_slot], e->be->compute);
     r->released_valid[s->param_slot] = 1;
     r->owner[s->param_slot] = -1;
     s->param_slot = -1;
@@ -586,7 +586,7 @@ void *fsdp_engine_grads(fsdp_engine *e, int u) {
     unit_state *s = &e->units[u];
     if (e->forward_mode) fsdp_fatal("internal error: gradients of unit %d asked for in a forward-only micro-batch", u);
     if (e->direct_grads) {
-        if (!e->written[u]) be->zero(be, grad_shard_of(e, s), (size_t)s->shard_len * e->me, be->compute);
+        if (!e->written[u]) be->runtime->zero(be, grad_shard_of(e, s), (size_t)s->shard_len * e->me, be->compute);
         e->written[u] = 1;
         s->grad_slot = DIRECT_SLOT;
         return grad_shard_of(e, s);
@@ -596,8 +596,8 @@ void *fsdp_engine_grads(fsdp_engine *e, int u) {
         int slot = free_slot(r);
         if (slot < 0) fsdp_fatal("internal error: no free gradient buffer for unit %d", u);
         /* The buffer's previous reduction must be finished before it is zeroed and reused. */
-        if (r->released_valid[slot]) be->stream_wait_event(be, be->compute, r->released[slot]);
-        be->zero(be, slot_ptr(r, slot, e->re), (size_t)r->elems * e->re, be->compute);
+        if (r->released_valid[slot]) be->runtime->stream_wait_event(be, be->compute, r->released[slot]);
+        be->runtime->zero(be, slot_ptr(r, slot, e->re), (size_t)r->elems * e->re, be->compute);
         r->owner[slot] = u;
         s->grad_slot = slot;
     }
@@ -612,10 +612,10 @@ static char *reduce_scatter_on_copy_engines(fsdp_engine *e, const unit_state *s,
     reserve_staging(e, (int64_t)e->shard_size * s->shard_len);
     size_t piece = (size_t)s->shard_len * e->re;
     char *stage = e->staging;
-    be->all_to_all(be, e->reduce_comm, buf, stage, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
+    be->coll->all_to_all(be, e->reduce_comm, buf, stage, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
     for (int q = 1; q < e->shard_size; q++)
-        be->accumulate(be, stage, e->opts.reduce_dtype, stage + (size_t)q * piece, e->opts.reduce_dtype,
-                       (size_t)s->shard_len, e->reduce_stream);
+        be->ops->accumulate(be, stage, e->opts.reduce_dtype, stage + (size_t)q * piece, e->opts.reduce_dtype,
+                            (size_t)s->shard_len, e->reduce_stream);
     return stage;
 }
 
@@ -633,8 +633,8 @@ void fsdp_engine_done_backward(fsdp_engine *e, int u) {
     char *buf = slot_ptr(r, slot, e->re);
     fsdp_event *ready = e->grad_ready[grad_slot_index(e, s->grad_ring, slot)];
 
-    be->event_record(be, ready, be->compute);
-    be->stream_wait_event(be, e->reduce_stream, ready);
+    be->runtime->event_record(be, ready, be->compute);
+    be->runtime->stream_wait_event(be, e->reduce_stream, ready);
     void *grad_shard = grad_shard_of(e, s);
     size_t n = (size_t)s->shard_len;
     fsdp_dtype rt = e->opts.reduce_dtype, mt = e->opts.master_dtype;
@@ -642,23 +642,23 @@ void fsdp_engine_done_backward(fsdp_engine *e, int u) {
     e->written[u] = 1;
     if (first && e->shard_size > 1 && !e->opts.copy_engine_reductions && rt == mt) {
         /* The first reduction of the step lands in the shard itself: no add, no zeroing. */
-        be->reduce_scatter(be, e->reduce_comm, buf, grad_shard, n, rt, e->reduce_stream);
-        if (e->replica_size > 1) be->all_reduce(be, e->replica_comm, grad_shard, n, rt, e->reduce_stream);
+        be->coll->reduce_scatter(be, e->reduce_comm, buf, grad_shard, n, rt, e->reduce_stream);
+        if (e->replica_size > 1) be->coll->all_reduce(be, e->replica_comm, grad_shard, n, rt, e->reduce_stream);
     } else {
         char *mine = buf;
         if (e->shard_size > 1 && e->opts.copy_engine_reductions) {
             mine = reduce_scatter_on_copy_engines(e, s, buf);
         } else if (e->shard_size > 1) {
             mine = buf + (size_t)e->shard_rank * n * e->re;
-            be->reduce_scatter(be, e->reduce_comm, buf, mine, n, rt, e->reduce_stream);
+            be->coll->reduce_scatter(be, e->reduce_comm, buf, mine, n, rt, e->reduce_stream);
         }
-        if (e->replica_size > 1) be->all_reduce(be, e->replica_comm, mine, n, rt, e->reduce_stream);
+        if (e->replica_size > 1) be->coll->all_reduce(be, e->replica_comm, mine, n, rt, e->reduce_stream);
         if (first)
-            be->cast(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
+            be->ops->cast(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
         else
-            be->accumulate(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
+            be->ops->accumulate(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
     }
-    be->event_record(be, r->released[slot], e->reduce_stream);
+    be->runtime->event_record(be, r->released[slot], e->reduce_stream);
     r->released_valid[slot] = 1;
     r->owner[slot] = -1;
     s->grad_slot = -1;
@@ -673,10 +673,10 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
         fsdp_fatal("internal error: gradient rows need fp32 gradient shards (unit %d)", u);
     if (nsets < 1 || nsets > FSDP_MAX_ROW_SETS)
         fsdp_fatal("internal error: %d row sets for unit %d (at most %d)", nsets, u, FSDP_MAX_ROW_SETS);
-    be->event_record(be, e->rows_ready, be->compute);
-    be->stream_wait_event(be, e->reduce_stream, e->rows_ready);
+    be->runtime->event_record(be, e->rows_ready, be->compute);
+    be->runtime->stream_wait_event(be, e->reduce_stream, e->rows_ready);
     if (!e->written[u]) { /* rows are added: the shard needs its zeros first */
-        be->zero(be, grad_shard_of(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
+        be->runtime->zero(be, grad_shard_of(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
         e->written[u] = 1;
     }
     fsdp_row_set all[FSDP_MAX_ROW_SETS];
@@ -686,21 +686,21 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
     if (e->world_size > 1) {
         reserve_rows(e, count, row_len); /* made at creation when the options foresaw them */
         size_t n = (size_t)e->world_size * (size_t)count;
-        be->all_gather(be, e->rows_comm, values, e->rows_values, (size_t)count * (size_t)row_len,
-                       e->opts.compute_dtype, e->reduce_stream);
+        be->coll->all_gather(be, e->rows_comm, values, e->rows_values, (size_t)count * (size_t)row_len,
+                             e->opts.compute_dtype, e->reduce_stream);
         for (int k = 0; k < nsets; k++) {
             if (!sets[k].rows) continue; /* periodic rows: entry n of every rank maps the same way */
             int32_t *dst = e->rows_index + (size_t)k * n;
             /* Indices travel as 4-byte words: an all-gather only moves bytes. */
-            be->all_gather(be, e->rows_comm, sets[k].rows, dst, (size_t)count, FSDP_F32, e->reduce_stream);
+            be->coll->all_gather(be, e->rows_comm, sets[k].rows, dst, (size_t)count, FSDP_F32, e->reduce_stream);
             all[k].rows = dst;
         }
         all_values = e->rows_values;
         entries = (int)n;
     }
     fsdp_shard_view v = fsdp_engine_view(e, u);
-    be->add_rows(be, v.grad, v.start, v.len, all, nsets, all_values, entries, row_len, e->reduce_stream);
-    be->event_record(be, e->rows_done, e->reduce_stream);
+    be->ops->add_rows(be, v.grad, v.start, v.len, all, nsets, all_values, entries, row_len, e->reduce_stream);
+    be->runtime->event_record(be, e->rows_done, e->reduce_stream);
     e->rows_pending = 1;
 }
 
@@ -709,35 +709,35 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
 void fsdp_engine_begin_step(fsdp_engine *e) {
     /* Lazily: each unit's first gradient overwrites its shard, the rest are zeroed at the end. */
     memset(e->written, 0, (size_t)e->num_units);
-    e->be->event_record(e->be, e->step_begun, e->be->compute);
+    e->be->runtime->event_record(e->be, e->step_begun, e->be->compute);
 }
 
 void fsdp_engine_wait_reductions(fsdp_engine *e) {
     fsdp_backend *be = e->be;
     /* Only once the last step's optimizer, which read these shards on the compute stream, is done. */
-    be->stream_wait_event(be, e->reduce_stream, e->step_begun);
+    be->runtime->stream_wait_event(be, e->reduce_stream, e->step_begun);
     for (int u = 0; u < e->num_units; u++) {
         if (e->written[u]) continue;
-        be->zero(be, grad_shard_of(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
+        be->runtime->zero(be, grad_shard_of(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
         e->written[u] = 1;
     }
     int idx;
     fsdp_event *done = pool_event(e, &idx);
-    e->be->event_record(e->be, done, e->reduce_stream);
+    e->be->runtime->event_record(e->be, done, e->reduce_stream);
     compute_waits(e, idx, -1);
     e->rows_pending = 0; /* behind the same wait */
 }
 
 void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out) {
     fsdp_backend *be = e->be;
-    be->zero(be, out, sizeof(float), be->compute);
-    be->sum_squares(be, out, e->grad, e->opts.master_dtype, (size_t)e->total_shard, be->compute);
-    if (e->shard_size > 1) be->all_reduce(be, e->norm_comm, out, 1, FSDP_F32, be->compute);
+    be->runtime->zero(be, out, sizeof(float), be->compute);
+    be->ops->sum_squares(be, out, e->grad, e->opts.master_dtype, (size_t)e->total_shard, be->compute);
+    if (e->shard_size > 1) be->coll->all_reduce(be, e->norm_comm, out, 1, FSDP_F32, be->compute);
 }
 
 void fsdp_engine_unit_updated(fsdp_engine *e, int u) {
     if (e->shard_size == 1) return;
-    e->be->event_record(e->be, e->updated, e->be->compute);
+    e->be->runtime->event_record(e->be, e->updated, e->be->compute);
     e->updated_valid = 1;
     /* The next step opens with these units: gathering them now hides the gathers behind the rest
      * of the optimizer step instead of exposing them at the start of the next. */
@@ -749,12 +749,12 @@ void fsdp_engine_params_updated(fsdp_engine *e) {
     for (int u = 0; u < e->num_units; u++)
         if (e->shard_size > 1 && e->units[u].param_slot >= 0 && e->units[u].gather_event < 0)
             fsdp_fatal("internal error: unit %d still gathered at the optimizer step", u);
-    e->be->event_record(e->be, e->updated, e->be->compute);
+    e->be->runtime->event_record(e->be, e->updated, e->be->compute);
     e->updated_valid = 1;
 }
 
 void fsdp_engine_refresh_working(fsdp_engine *e) {
     if (e->working == e->master) return;
-    e->be->cast(e->be, e->working, e->opts.compute_dtype, e->master, e->opts.master_dtype, (size_t)e->total_shard,
-                e->be->compute);
+    e->be->ops->cast(e->be, e->working, e->opts.compute_dtype, e->master, e->opts.master_dtype, (size_t)e->total_shard,
+                     e->be->compute);
 }

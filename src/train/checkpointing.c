@@ -20,7 +20,7 @@ static int64_t total_shard(const fsdp_trainer *t) {
     return n;
 }
 
-static size_t master_size(const fsdp_trainer *t) { return t->be->dtype_size(t->be, t->opt.master_dtype); }
+static size_t master_size(const fsdp_trainer *t) { return t->be->runtime->dtype_size(t->be, t->opt.master_dtype); }
 
 /* Master weights, first and second moments. */
 size_t fsdp_snapshot_bytes(int64_t shard_elems, size_t master_size) { return 3 * (size_t)shard_elems * master_size; }
@@ -36,12 +36,12 @@ void fsdp_trainer_snapshot(fsdp_trainer *t, void *host) {
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
         size_t bytes = (size_t)view.len * es;
-        be->copy_d2h(be, out + base * es, view.master, bytes, be->compute);
-        be->copy_d2h(be, out + (total + base) * es, view.m, bytes, be->compute);
-        be->copy_d2h(be, out + (2 * total + base) * es, view.v, bytes, be->compute);
+        be->runtime->copy_d2h(be, out + base * es, view.master, bytes, be->compute);
+        be->runtime->copy_d2h(be, out + (total + base) * es, view.m, bytes, be->compute);
+        be->runtime->copy_d2h(be, out + (2 * total + base) * es, view.v, bytes, be->compute);
         base += (size_t)view.len;
     }
-    be->stream_synchronize(be, be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
 }
 
 /* A snapshot-layout buffer back into the shards. */
@@ -58,12 +58,12 @@ static void restore(fsdp_trainer *t, void *host) {
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
         size_t bytes = (size_t)view.len * es;
-        be->copy_h2d(be, view.master, in + base * es, bytes, be->compute);
-        be->copy_h2d(be, view.m, in + (total + base) * es, bytes, be->compute);
-        be->copy_h2d(be, view.v, in + (2 * total + base) * es, bytes, be->compute);
+        be->runtime->copy_h2d(be, view.master, in + base * es, bytes, be->compute);
+        be->runtime->copy_h2d(be, view.m, in + (total + base) * es, bytes, be->compute);
+        be->runtime->copy_h2d(be, view.v, in + (2 * total + base) * es, bytes, be->compute);
         base += (size_t)view.len;
     }
-    be->stream_synchronize(be, be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
     fsdp_engine_refresh_working(t->eng);
 }
 
@@ -113,8 +113,8 @@ void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
     fsdp_shard_view view = fsdp_engine_view(t->eng, u);
     size_t es = master_size(t), n = (size_t)view.len;
     if (es == 4 && t->opt.master_dtype == FSDP_F32) { /* nothing to convert */
-        be->copy_h2d(be, view.master, master, n * 4, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_h2d(be, view.master, master, n * 4, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
         return;
     }
     void *staged = fsdp_xmalloc(n * es, "weights staging");
@@ -125,8 +125,8 @@ void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
         else
             ((float *)staged)[i] = fsdp_round_bf16(master[i]); /* a bf16 master emulated in fp32 storage */
     }
-    be->copy_h2d(be, view.master, staged, n * es, be->compute);
-    be->stream_synchronize(be, be->compute);
+    be->runtime->copy_h2d(be, view.master, staged, n * es, be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
     free(staged);
 }
 
@@ -166,7 +166,7 @@ void fsdp_trainer_meta(const fsdp_trainer *t, fsdp_ckpt_meta *meta) {
 void fsdp_trainer_meta_free(fsdp_ckpt_meta *meta) { fsdp_ckpt_meta_free(meta); }
 
 int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {
-    void *host = t->be->alloc_host(t->be, fsdp_trainer_snapshot_bytes(t), "checkpoint snapshot");
+    void *host = t->be->runtime->alloc_host(t->be, fsdp_trainer_snapshot_bytes(t), "checkpoint snapshot");
     fsdp_trainer_snapshot(t, host);
     fsdp_ckpt_tensor *tensors = fsdp_trainer_tensor_table(t);
     int num_pieces = 0;
@@ -179,7 +179,7 @@ int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {
     fsdp_trainer_meta_free(&meta);
     free(pieces);
     free(tensors);
-    t->be->free_host(t->be, host);
+    t->be->runtime->free_host(t->be, host);
     return rc;
 }
 
@@ -209,7 +209,7 @@ int fsdp_trainer_load_into(fsdp_trainer *t, const char *path, void *host, fsdp_e
     if (meta.format_version < 2)
         fsdp_warn("checkpoint %s has format version %d, written before checksums: its contents cannot be verified",
                   path, meta.format_version);
-    void *own = host ? NULL : t->be->alloc_host(t->be, fsdp_trainer_snapshot_bytes(t), "checkpoint staging");
+    void *own = host ? NULL : t->be->runtime->alloc_host(t->be, fsdp_trainer_snapshot_bytes(t), "checkpoint staging");
     fsdp_ckpt_tensor *tensors = fsdp_trainer_tensor_table(t);
     int num_pieces = 0;
     fsdp_ckpt_piece *pieces = fsdp_trainer_pieces(t, host ? host : own, 0, &num_pieces);
@@ -227,7 +227,7 @@ int fsdp_trainer_load_into(fsdp_trainer *t, const char *path, void *host, fsdp_e
     }
     free(pieces);
     free(tensors);
-    if (own) t->be->free_host(t->be, own);
+    if (own) t->be->runtime->free_host(t->be, own);
     fsdp_ckpt_meta_free(&meta);
     return rc;
 }
@@ -264,10 +264,10 @@ void fsdp_trainer_init_weights(fsdp_trainer *t) {
     base = 0;
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-        be->copy_h2d(be, view.master, (char *)staged + (size_t)base * es, (size_t)view.len * es, be->compute);
+        be->runtime->copy_h2d(be, view.master, (char *)staged + (size_t)base * es, (size_t)view.len * es, be->compute);
         base += view.len;
     }
-    be->stream_synchronize(be, be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
     fsdp_engine_refresh_working(t->eng);
     free(staged);
     free(host);
@@ -278,7 +278,7 @@ void fsdp_trainer_poison(fsdp_trainer *t) {
     fsdp_shard_view view = fsdp_engine_view(t->eng, 0);
     float nan_f32 = NAN;
     uint16_t nan_bf16 = fsdp_f32_to_bf16(NAN);
-    be->copy_h2d(be, view.master, master_size(t) == 2 ? (const void *)&nan_bf16 : (const void *)&nan_f32, master_size(t),
-                 be->compute);
-    be->stream_synchronize(be, be->compute);
+    const void *nan_value = master_size(t) == 2 ? (const void *)&nan_bf16 : (const void *)&nan_f32;
+    be->runtime->copy_h2d(be, view.master, nan_value, master_size(t), be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
 }

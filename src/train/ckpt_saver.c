@@ -169,7 +169,7 @@ int fsdp_ckpt_setup(fsdp_trainer *t, int *resumed, fsdp_err *err) {
         s->tensors = fsdp_trainer_tensor_table(t);
         if (fsdp_engine_replica_rank(t->eng) == 0) {
             size_t bytes = fsdp_trainer_snapshot_bytes(t);
-            s->snapshot = t->be->alloc_host(t->be, bytes, "checkpoint snapshots");
+            s->snapshot = t->be->runtime->alloc_host(t->be, bytes, "checkpoint snapshots");
             /* Pinned memory exists once allocated; plain memory only once touched: touch it now,
              * not during the first save's pause. */
             if (!strcmp(t->be->name, "cpu")) memset(s->snapshot, 0, bytes);
@@ -294,7 +294,7 @@ void fsdp_ckpt_teardown(fsdp_trainer *t) {
         fsdp_cleanup_pop(s->cleanup);
         cancel_on_exit(s);
     }
-    if (s->snapshot) t->be->free_host(t->be, s->snapshot);
+    if (s->snapshot) t->be->runtime->free_host(t->be, s->snapshot);
     free(s->pieces);
     free(s->tensors);
     if (s->lock) fsdp_ckpt_lock_release(s->lock);

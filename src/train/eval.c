@@ -23,8 +23,8 @@ static void forward(fsdp_trainer *t, float *loss_sum) {
     int L = t->cfg.num_layers, E = fsdp_unit_embed(l), H = fsdp_unit_head(l), tied = t->cfg.tie_word_embeddings;
     size_t n = (size_t)t->opt.mbs * t->opt.seq;
     fsdp_engine_begin_forward(e);
-    be->copy_h2d(be, fsdp_model_tokens(m), t->host_inputs, n * sizeof(int32_t), be->compute);
-    be->copy_h2d(be, fsdp_model_targets(m), t->host_targets, n * sizeof(int32_t), be->compute);
+    be->runtime->copy_h2d(be, fsdp_model_tokens(m), t->host_inputs, n * sizeof(int32_t), be->compute);
+    be->runtime->copy_h2d(be, fsdp_model_targets(m), t->host_targets, n * sizeof(int32_t), be->compute);
     const void *embed = fsdp_engine_params(e, E);
     fsdp_model_embed_forward(m, embed);
     if (!tied) fsdp_engine_done_forward(e, E);
@@ -62,10 +62,10 @@ static int run_batches(fsdp_trainer *t, fsdp_data *data, double *loss, int64_t *
     for (uint64_t a = 0; a < batches; a++) {
         int64_t c = load(t, data, a, err);
         if (fsdp_agree(&t->world, err)) return -1;
-        be->zero(be, loss_dev, sizeof(float), be->compute);
+        be->runtime->zero(be, loss_dev, sizeof(float), be->compute);
         forward(t, loss_dev);
-        be->copy_d2h(be, t->host_scalars + FSDP_SCALAR_EVAL_LOSS, loss_dev, sizeof(float), be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_d2h(be, t->host_scalars + FSDP_SCALAR_EVAL_LOSS, loss_dev, sizeof(float), be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
         fsdp_engine_take_comm_wait_ms(t->eng); /* only to recycle the engine's timing events */
         /* Summed per micro-batch in double: a long file's loss does not drift with fp32 sums. */
         *loss += t->host_scalars[FSDP_SCALAR_EVAL_LOSS];

@@ -32,7 +32,7 @@ int fsdp_generate(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_lay
     fsdp_kv_shape shape = {prompt_len + o->max_new_tokens - 1, prompt_len, 0};
     fsdp_kv_decoder *d = fsdp_kv_decoder_create(be, cfg, layout, &shape, err);
     if (!d) return -1;
-    st->cache_bytes = fsdp_kv_decoder_bytes(cfg, &shape, be->dtype_size(be, be->act_dtype));
+    st->cache_bytes = fsdp_kv_decoder_bytes(cfg, &shape, be->runtime->dtype_size(be, be->act_dtype));
     const int V = cfg->vocab_size;
     float *logits = fsdp_xmalloc((size_t)V * sizeof(float), "the logits");
     fsdp_sampler *sampler = fsdp_sampler_create(&o->sampling, V);

@@ -168,7 +168,7 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
         return -1;
     }
     /* Page-locked on a GPU host, so that the copy to the device runs at full speed. */
-    float *host = t->be->alloc_host(t->be, (size_t)max_shard(t) * sizeof(float), "init-from staging");
+    float *host = t->be->runtime->alloc_host(t->be, (size_t)max_shard(t) * sizeof(float), "init-from staging");
     fsdp_ckpt_piece *pieces = fsdp_xcalloc((size_t)l->num_params, sizeof *pieces, "init-from pieces");
     fsdp_ckpt_piece *next = fsdp_xcalloc((size_t)l->num_params, sizeof *next, "init-from pieces");
     for (int u = 0; u < l->num_units && rc == 0; u++) {
@@ -186,7 +186,7 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
     }
     free(next);
     free(pieces);
-    t->be->free_host(t->be, host);
+    t->be->runtime->free_host(t->be, host);
     char what[160];
     fsdp_hf_weights_describe(&w, what, sizeof what);
     fsdp_hf_weights_close(&w);

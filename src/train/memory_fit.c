@@ -40,7 +40,7 @@ static size_t agreed_budget(fsdp_trainer *t) {
     unsigned long long mine = t->opt.memory_limit;
     if (t->be->kind == FSDP_DEVICE_CUDA) {
         size_t free_b = 0, total = 0;
-        t->be->memory_info(t->be, &free_b, &total);
+        t->be->runtime->memory_info(t->be, &free_b, &total);
         if (!mine || total < mine) mine = total;
     }
     fsdp_mpi_allreduce(&mine, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, t->world, "the memory budget of every rank");
@@ -193,7 +193,7 @@ static void hold_outside_to_plan(fsdp_trainer *t) {
     fsdp_backend *be = t->be;
     if (!t->opt.mbs_auto || be->kind != FSDP_DEVICE_CUDA || be->oom.failures) return;
     size_t free_b = 0, total = 0;
-    be->memory_info(be, &free_b, &total);
+    be->runtime->memory_info(be, &free_b, &total);
     size_t used = total - free_b, outside = used > be->reserved_bytes ? used - be->reserved_bytes : 0;
     size_t room = free_b;
     if (be->memory_limit) room = be->memory_limit > used ? be->memory_limit - used : 0;

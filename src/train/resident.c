@@ -102,18 +102,18 @@ static int read_unit(const fsdp_model_source *src, fsdp_hf_weights *w, const fsd
 /* host (fp32) into the unit's device buffer in the act dtype. */
 static void upload(fsdp_backend *be, void *unit, const float *host, size_t n, float *stage) {
     fsdp_dtype act = be->act_dtype;
-    if (be->dtype_size(be, act) == sizeof(float)) { /* fp32, or bf16 emulated in fp32 storage */
-        be->copy_h2d(be, unit, host, n * sizeof(float), be->compute);
-        if (act != FSDP_F32) be->cast(be, unit, act, unit, FSDP_F32, n, be->compute);
-        be->stream_synchronize(be, be->compute);
+    if (be->runtime->dtype_size(be, act) == sizeof(float)) { /* fp32, or bf16 emulated in fp32 storage */
+        be->runtime->copy_h2d(be, unit, host, n * sizeof(float), be->compute);
+        if (act != FSDP_F32) be->ops->cast(be, unit, act, unit, FSDP_F32, n, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
         return;
     }
-    size_t es = be->dtype_size(be, act);
+    size_t es = be->runtime->dtype_size(be, act);
     for (size_t at = 0; at < n; at += STAGE_ELEMENTS) {
         size_t k = n - at < STAGE_ELEMENTS ? n - at : STAGE_ELEMENTS;
-        be->copy_h2d(be, stage, host + at, k * sizeof(float), be->compute);
-        be->cast(be, (char *)unit + at * es, act, stage, FSDP_F32, k, be->compute);
-        be->stream_synchronize(be, be->compute); /* the host buffer and the stage are reused */
+        be->runtime->copy_h2d(be, stage, host + at, k * sizeof(float), be->compute);
+        be->ops->cast(be, (char *)unit + at * es, act, stage, FSDP_F32, k, be->compute);
+        be->runtime->stream_synchronize(be, be->compute); /* the host buffer and the stage are reused */
     }
 }
 
@@ -127,19 +127,19 @@ int fsdp_resident_load(fsdp_backend *be, const fsdp_model_source *src, fsdp_resi
         fsdp_layout_free(&m->layout);
         return -1;
     }
-    size_t largest = 1, es = be->dtype_size(be, be->act_dtype);
+    size_t largest = 1, es = be->runtime->dtype_size(be, be->act_dtype);
     for (int u = 0; u < l->num_units; u++)
         if ((size_t)l->units[u].numel > largest) largest = (size_t)l->units[u].numel;
-    float *host = be->alloc_host(be, largest * sizeof(float), "weights staging (host)");
+    float *host = be->runtime->alloc_host(be, largest * sizeof(float), "weights staging (host)");
+    size_t stage_elements = largest < STAGE_ELEMENTS ? largest : STAGE_ELEMENTS;
     float *stage = es == sizeof(float) ? NULL
-                                       : be->alloc(be, (largest < STAGE_ELEMENTS ? largest : STAGE_ELEMENTS) * sizeof(float),
-                                                   "weights staging");
+                                       : be->runtime->alloc(be, stage_elements * sizeof(float), "weights staging");
     m->units = fsdp_xcalloc((size_t)l->num_units, sizeof *m->units, "the resident units");
     progress p = {out, fsdp_now(), fsdp_now(), 0};
     int rc = 0;
     for (int u = 0; u < l->num_units && rc == 0; u++) {
         size_t n = (size_t)l->units[u].numel;
-        m->units[u] = be->alloc(be, n * es, "the model's weights");
+        m->units[u] = be->runtime->alloc(be, n * es, "the model's weights");
         if (!m->units[u]) {
             rc = fsdp_errf(err, "out of device memory for the model's weights (%.2f GiB in %s)",
                            (double)l->total_numel * es / (1 << 30), fsdp_dtype_name(be->act_dtype));
@@ -151,8 +151,8 @@ int fsdp_resident_load(fsdp_backend *be, const fsdp_model_source *src, fsdp_resi
         if (rc == 0) upload(be, m->units[u], host, n, stage);
         report(&p, u + 1, l->num_units);
     }
-    if (stage) be->free(be, stage);
-    be->free_host(be, host);
+    if (stage) be->runtime->free(be, stage);
+    be->runtime->free_host(be, host);
     if (!src->is_checkpoint) fsdp_hf_weights_close(&w);
     m->bytes_read = p.bytes;
     m->seconds = fsdp_now() - p.start;
@@ -163,7 +163,7 @@ int fsdp_resident_load(fsdp_backend *be, const fsdp_model_source *src, fsdp_resi
 void fsdp_resident_free(fsdp_backend *be, fsdp_resident_model *m) {
     if (m->units)
         for (int u = 0; u < m->layout.num_units; u++)
-            if (m->units[u]) be->free(be, m->units[u]);
+            if (m->units[u]) be->runtime->free(be, m->units[u]);
     free(m->units);
     fsdp_layout_free(&m->layout);
     memset(m, 0, sizeof *m);

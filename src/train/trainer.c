@@ -88,7 +88,7 @@ static void reserve_scratch(fsdp_trainer *t) {
     for (int u = 0; u < t->layout.num_units; u++) total_shard += fsdp_engine_view(t->eng, u).len;
     fsdp_op_extent x;
     fsdp_plan_op_extent(&t->cfg, &t->opt, total_shard, &x);
-    t->be->reserve_scratch(t->be, fsdp_device_op_scratch(t->be->kind, &x));
+    t->be->runtime->reserve_scratch(t->be, fsdp_device_op_scratch(t->be->kind, &x));
 }
 
 static int setup(fsdp_trainer *t, fsdp_err *err) {
@@ -132,11 +132,11 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     if (fsdp_trainer_open_data(t, err)) return -1;
 
     size_t tokens = (size_t)o->grad_accum * o->mbs * o->seq;
-    t->host_inputs = t->be->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
-    t->host_targets = t->be->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
-    t->dev_scalars = t->be->alloc(t->be, NUM_SCALARS * sizeof(float), "step scalars");
-    t->host_scalars = t->be->alloc_host(t->be, NUM_SCALARS * sizeof(float), "step scalars");
-    for (int i = 0; i < PHASES; i++) t->phase[i] = t->be->event_create(t->be, 1);
+    t->host_inputs = t->be->runtime->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
+    t->host_targets = t->be->runtime->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
+    t->dev_scalars = t->be->runtime->alloc(t->be, NUM_SCALARS * sizeof(float), "step scalars");
+    t->host_scalars = t->be->runtime->alloc_host(t->be, NUM_SCALARS * sizeof(float), "step scalars");
+    for (int i = 0; i < PHASES; i++) t->phase[i] = t->be->runtime->event_create(t->be, 1);
     reserve_scratch(t);
     if (fsdp_fit_check_setup(t, err)) return -1;
     t->sched.lr = o->lr;
@@ -152,16 +152,16 @@ static void teardown(fsdp_trainer *t) {
     fsdp_data_close(&t->data);
     fsdp_data_close(&t->eval_data);
     if (t->be) {
-        t->be->stream_synchronize(t->be, t->be->compute);
+        t->be->runtime->stream_synchronize(t->be, t->be->compute);
         fsdp_model_destroy(t->model);
         fsdp_engine_destroy(t->eng);
-        if (t->host_inputs) t->be->free_host(t->be, t->host_inputs);
-        if (t->host_targets) t->be->free_host(t->be, t->host_targets);
-        if (t->host_scalars) t->be->free_host(t->be, t->host_scalars);
-        if (t->dev_scalars) t->be->free(t->be, t->dev_scalars);
+        if (t->host_inputs) t->be->runtime->free_host(t->be, t->host_inputs);
+        if (t->host_targets) t->be->runtime->free_host(t->be, t->host_targets);
+        if (t->host_scalars) t->be->runtime->free_host(t->be, t->host_scalars);
+        if (t->dev_scalars) t->be->runtime->free(t->be, t->dev_scalars);
         for (int i = 0; i < PHASES; i++)
-            if (t->phase[i]) t->be->event_destroy(t->be, t->phase[i]);
-        t->be->destroy(t->be);
+            if (t->phase[i]) t->be->runtime->event_destroy(t->be, t->phase[i]);
+        t->be->runtime->destroy(t->be);
     }
     fsdp_layout_free(&t->layout);
     free(t->order);
@@ -189,7 +189,7 @@ static int64_t load_step_data(fsdp_trainer *t, fsdp_err *err) {
 }
 
 static void mark(fsdp_trainer *t, int a, int phase) {
-    if (a == 0) t->be->event_record(t->be, t->phase[phase], t->be->compute);
+    if (a == 0) t->be->runtime->event_record(t->be, t->phase[phase], t->be->compute);
 }
 
 static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
@@ -201,8 +201,8 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     size_t n = (size_t)t->opt.mbs * t->opt.seq, at = (size_t)a * n;
     /* First: it holds the copies back until the last micro-batch's gradient rows were read. */
     fsdp_engine_begin_microbatch(e);
-    be->copy_h2d(be, fsdp_model_tokens(m), t->host_inputs + at, n * sizeof(int32_t), be->compute);
-    be->copy_h2d(be, fsdp_model_targets(m), t->host_targets + at, n * sizeof(int32_t), be->compute);
+    be->runtime->copy_h2d(be, fsdp_model_tokens(m), t->host_inputs + at, n * sizeof(int32_t), be->compute);
+    be->runtime->copy_h2d(be, fsdp_model_targets(m), t->host_targets + at, n * sizeof(int32_t), be->compute);
     /* Masks follow the samples' global index (never the rank) and the run's seed (kept in checkpoints). */
     fsdp_model_set_dropout(m, 1, t->opt.seed,
                            (int64_t)fsdp_data_index(t->samples_seen, t->topo.world, t->opt.mbs, t->topo.rank, a, 0));
@@ -285,7 +285,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     if (counted < 0) return -1;
     float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
 
-    be->zero(be, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
+    be->runtime->zero(be, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
     fsdp_engine_begin_step(t->eng);
     mark(t, 0, PHASE_START);
     for (int a = 0; a < o->grad_accum; a++) microbatch(t, a, grad_scale);
@@ -300,8 +300,8 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     /* The loss and the gradient norm are looked at before the update: a step that is not finite
      * is not applied (src/train/checkpointing.h: a poisoned model is never saved). */
     fsdp_optimizer_grad_sumsq(t->eng, &sc);
-    be->copy_d2h(be, t->host_scalars, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
-    be->stream_synchronize(be, be->compute);
+    be->runtime->copy_d2h(be, t->host_scalars, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
     double sums[2] = {t->host_scalars[SCALAR_LOSS], isfinite(t->host_scalars[SCALAR_SUMSQ]) ? 0.0 : 1.0};
     if (fsdp_fault_nonfinite(step) & 2) sums[0] = NAN; /* FSDP_TEST_FAIL=...:nanloss */
     fsdp_mpi_allreduce(sums, 2, MPI_DOUBLE, MPI_SUM, t->world, "the loss of the step");
@@ -314,8 +314,9 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
         if (fsdp_fault_poison(step)) fsdp_trainer_poison(t); /* FSDP_TEST_FAIL=...:poison */
     }
     mark(t, 0, PHASE_OPTIMIZER);
-    be->stream_synchronize(be, be->compute);
-    for (int i = 0; i + 1 < PHASES; i++) r->phase_ms[i] = be->event_elapsed_ms(be, t->phase[i], t->phase[i + 1]);
+    be->runtime->stream_synchronize(be, be->compute);
+    for (int i = 0; i + 1 < PHASES; i++)
+        r->phase_ms[i] = be->runtime->event_elapsed_ms(be, t->phase[i], t->phase[i + 1]);
     r->lr = args.lr;
     r->step_ms = (fsdp_now() - t0) * 1e3;
     t->step = step;
@@ -399,7 +400,7 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
     unsigned long long outside[3] = {0, t->be->outside_at_create, t->be->outside_comm_init}, max_outside[3];
     if (t->be->kind == FSDP_DEVICE_CUDA) {
         size_t free_b = 0, total = 0;
-        t->be->memory_info(t->be, &free_b, &total);
+        t->be->runtime->memory_info(t->be, &free_b, &total);
         size_t in_use = total - free_b;
         outside[0] = in_use > t->be->reserved_bytes ? in_use - t->be->reserved_bytes : 0;
     }

@@ -96,8 +96,8 @@ int main(int argc, char **argv) {
     int U = layout.num_units;
     float **params = calloc((size_t)U, sizeof *params), **grads = calloc((size_t)U, sizeof *grads);
     for (int u = 0; u < U; u++) {
-        params[u] = be->alloc(be, (size_t)layout.units[u].numel * sizeof(float), "params");
-        grads[u] = be->alloc(be, (size_t)layout.units[u].numel * sizeof(float), "grads");
+        params[u] = be->runtime->alloc(be, (size_t)layout.units[u].numel * sizeof(float), "params");
+        grads[u] = be->runtime->alloc(be, (size_t)layout.units[u].numel * sizeof(float), "grads");
     }
     load(argv[1], is_dir, &cfg, &layout, params);
 
@@ -108,15 +108,15 @@ int main(int argc, char **argv) {
         targets[i] = -1; /* only the logits are wanted */
     }
     int E = fsdp_unit_embed(&layout), H = fsdp_unit_head(&layout);
-    float *loss_sum = be->alloc(be, sizeof(float), "loss");
+    float *loss_sum = be->runtime->alloc(be, sizeof(float), "loss");
     fsdp_model_embed_forward(m, params[E]);
     for (int l = 0; l < cfg.num_layers; l++) fsdp_model_block_forward(m, l, params[1 + l]);
     fsdp_model_head(m, params[H], grads[H], params[E], grads[E], 0.0f, loss_sum);
     /* The head is fused with the loss: recompute the logits from the final hidden state. */
     const float *head_w = cfg.tie_word_embeddings ? params[E] : params[H];
-    float *logits = be->alloc(be, (size_t)N * cfg.vocab_size * sizeof(float), "logits");
-    be->matmul_forward(be, logits, fsdp_model_final_hidden(m), head_w, NULL, NULL, N, cfg.hidden_size,
-                       cfg.vocab_size, 0);
+    float *logits = be->runtime->alloc(be, (size_t)N * cfg.vocab_size * sizeof(float), "logits");
+    be->ops->matmul_forward(be, logits, fsdp_model_final_hidden(m), head_w, NULL, NULL, N, cfg.hidden_size,
+                            cfg.vocab_size, 0);
     FILE *out = fopen(argv[4], "wb");
     if (!out || fwrite(logits, sizeof(float), (size_t)N * cfg.vocab_size, out) != (size_t)N * cfg.vocab_size ||
         fclose(out))

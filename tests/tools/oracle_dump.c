@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
 
     fsdp_layout layout;
     fsdp_layout_build(&cfg, &layout);
-    fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
+    fsdp_backend_options bo = {.kind = "cpu", .act_dtype = FSDP_F32, .grad_dtype = FSDP_F32, .local_size = 1};
     fsdp_backend *be = fsdp_backend_create(&bo, &err);
     if (!be) die(err.msg);
     fsdp_model_shape shape = {.batch = B, .seq = T, .attn = attn};
@@ -72,8 +72,8 @@ int main(int argc, char **argv) {
     int U = layout.num_units;
     float **params = calloc((size_t)U, sizeof *params), **grads = calloc((size_t)U, sizeof *grads);
     for (int u = 0; u < U; u++) {
-        params[u] = be->alloc(be, (size_t)layout.units[u].numel * sizeof(float), "params");
-        grads[u] = be->alloc(be, (size_t)layout.units[u].numel * sizeof(float), "grads");
+        params[u] = be->runtime->alloc(be, (size_t)layout.units[u].numel * sizeof(float), "params");
+        grads[u] = be->runtime->alloc(be, (size_t)layout.units[u].numel * sizeof(float), "grads");
     }
     for (int i = 0; i < layout.num_params; i++) {
         const fsdp_param_desc *p = &layout.params[i];
@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     }
 
     int E = fsdp_unit_embed(&layout), H = fsdp_unit_head(&layout), L = cfg.num_layers;
-    float *loss_sum = be->alloc(be, sizeof(float), "loss");
+    float *loss_sum = be->runtime->alloc(be, sizeof(float), "loss");
     fsdp_model_embed_forward(m, params[E]);
     for (int l = 0; l < L; l++) fsdp_model_block_forward(m, l, params[1 + l]);
     fsdp_model_head(m, params[H], grads[H], params[E], grads[E], 1.0f / (float)counted, loss_sum);
@@ -108,9 +108,9 @@ int main(int argc, char **argv) {
 
     /* Logits are never stored by the model (the head is fused): recompute them from the final hidden. */
     const float *head_w = cfg.tie_word_embeddings ? params[E] : params[H];
-    float *logits = be->alloc(be, (size_t)N * cfg.vocab_size * sizeof(float), "logits");
-    be->matmul_forward(be, logits, fsdp_model_final_hidden(m), head_w, NULL, NULL, N, cfg.hidden_size,
-                       cfg.vocab_size, 0);
+    float *logits = be->runtime->alloc(be, (size_t)N * cfg.vocab_size * sizeof(float), "logits");
+    be->ops->matmul_forward(be, logits, fsdp_model_final_hidden(m), head_w, NULL, NULL, N, cfg.hidden_size,
+                            cfg.vocab_size, 0);
 
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fcreate(argv[5], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);

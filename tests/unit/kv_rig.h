@@ -55,7 +55,7 @@ static void rig_setup(kv_rig *r, const char *kind, const char *model, fsdp_dtype
     memset(r, 0, sizeof *r);
     rig_config(model, &r->cfg);
     fsdp_layout_build(&r->cfg, &r->layout);
-    fsdp_backend_options bo = {kind, act, act, 0, 1, 0, 0};
+    fsdp_backend_options bo = {.kind = kind, .act_dtype = act, .grad_dtype = act, .local_size = 1};
     r->be = fsdp_backend_create(&bo, &err);
     if (!r->be) rig_die(kind, err.msg);
     int U = r->layout.num_units;
@@ -72,28 +72,28 @@ static void rig_setup(kv_rig *r, const char *kind, const char *model, fsdp_dtype
     fsdp_backend *be = r->be;
     for (int u = 0; u < U; u++) {
         size_t n = (size_t)r->layout.units[u].numel;
-        r->units[u] = be->alloc(be, fsdp_bytes(be, act, n), "weights");
-        if (be->dtype_size(be, act) == sizeof(float)) {
-            be->copy_h2d(be, r->units[u], r->host[u], n * sizeof(float), be->compute);
+        r->units[u] = be->runtime->alloc(be, fsdp_bytes(be, act, n), "weights");
+        if (be->runtime->dtype_size(be, act) == sizeof(float)) {
+            be->runtime->copy_h2d(be, r->units[u], r->host[u], n * sizeof(float), be->compute);
         } else {
-            float *stage = be->alloc(be, n * sizeof(float), "staging");
-            be->copy_h2d(be, stage, r->host[u], n * sizeof(float), be->compute);
-            be->cast(be, r->units[u], act, stage, FSDP_F32, n, be->compute);
-            be->stream_synchronize(be, be->compute);
-            be->free(be, stage);
+            float *stage = be->runtime->alloc(be, n * sizeof(float), "staging");
+            be->runtime->copy_h2d(be, stage, r->host[u], n * sizeof(float), be->compute);
+            be->ops->cast(be, r->units[u], act, stage, FSDP_F32, n, be->compute);
+            be->runtime->stream_synchronize(be, be->compute);
+            be->runtime->free(be, stage);
         }
     }
-    be->stream_synchronize(be, be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
 }
 
 static void rig_teardown(kv_rig *r) {
     for (int u = 0; u < r->layout.num_units; u++) {
-        r->be->free(r->be, r->units[u]);
+        r->be->runtime->free(r->be, r->units[u]);
         free(r->host[u]);
     }
     free(r->units);
     free(r->host);
-    r->be->destroy(r->be);
+    r->be->runtime->destroy(r->be);
     fsdp_layout_free(&r->layout);
 }
 
@@ -114,32 +114,32 @@ static void rig_training_logits(kv_rig *r, const int32_t *tokens, int T, float *
     size_t V = (size_t)r->cfg.vocab_size;
     void **grads = calloc((size_t)U, sizeof *grads);
     for (int u = 0; u < U; u++)
-        grads[u] = be->alloc(be, fsdp_bytes(be, be->grad_dtype, (size_t)r->layout.units[u].numel), "grads");
+        grads[u] = be->runtime->alloc(be, fsdp_bytes(be, be->grad_dtype, (size_t)r->layout.units[u].numel), "grads");
     int32_t *targets = malloc((size_t)T * sizeof(int32_t));
     for (int t = 0; t < T; t++) targets[t] = -1;
-    be->copy_h2d(be, fsdp_model_tokens(m), tokens, (size_t)T * sizeof(int32_t), be->compute);
-    be->copy_h2d(be, fsdp_model_targets(m), targets, (size_t)T * sizeof(int32_t), be->compute);
-    float *loss = be->alloc(be, sizeof(float), "loss");
+    be->runtime->copy_h2d(be, fsdp_model_tokens(m), tokens, (size_t)T * sizeof(int32_t), be->compute);
+    be->runtime->copy_h2d(be, fsdp_model_targets(m), targets, (size_t)T * sizeof(int32_t), be->compute);
+    float *loss = be->runtime->alloc(be, sizeof(float), "loss");
     fsdp_model_embed_forward(m, r->units[E]);
     for (int l = 0; l < r->cfg.num_layers; l++) fsdp_model_block_forward(m, l, r->units[1 + l]);
     fsdp_model_head(m, r->units[H], grads[H], r->units[E], grads[E], 0.0f, loss);
     const void *w = r->cfg.tie_word_embeddings ? r->units[E] : r->units[H]; /* the first tensor of each unit */
-    size_t ae = be->dtype_size(be, be->act_dtype);
-    void *logits = be->alloc(be, (size_t)T * V * ae, "logits");
-    be->matmul_forward(be, logits, fsdp_model_final_hidden(m), w, NULL, NULL, T, r->cfg.hidden_size, (int)V, 0);
+    size_t ae = be->runtime->dtype_size(be, be->act_dtype);
+    void *logits = be->runtime->alloc(be, (size_t)T * V * ae, "logits");
+    be->ops->matmul_forward(be, logits, fsdp_model_final_hidden(m), w, NULL, NULL, T, r->cfg.hidden_size, (int)V, 0);
     if (ae == sizeof(float)) {
-        be->copy_d2h(be, out, logits, (size_t)T * V * sizeof(float), be->compute);
+        be->runtime->copy_d2h(be, out, logits, (size_t)T * V * sizeof(float), be->compute);
     } else {
-        float *l32 = be->alloc(be, (size_t)T * V * sizeof(float), "logits");
-        be->cast(be, l32, FSDP_F32, logits, be->act_dtype, (size_t)T * V, be->compute);
-        be->copy_d2h(be, out, l32, (size_t)T * V * sizeof(float), be->compute);
-        be->stream_synchronize(be, be->compute);
-        be->free(be, l32);
+        float *l32 = be->runtime->alloc(be, (size_t)T * V * sizeof(float), "logits");
+        be->ops->cast(be, l32, FSDP_F32, logits, be->act_dtype, (size_t)T * V, be->compute);
+        be->runtime->copy_d2h(be, out, l32, (size_t)T * V * sizeof(float), be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
+        be->runtime->free(be, l32);
     }
-    be->stream_synchronize(be, be->compute);
-    be->free(be, logits);
-    be->free(be, loss);
-    for (int u = 0; u < U; u++) be->free(be, grads[u]);
+    be->runtime->stream_synchronize(be, be->compute);
+    be->runtime->free(be, logits);
+    be->runtime->free(be, loss);
+    for (int u = 0; u < U; u++) be->runtime->free(be, grads[u]);
     free(grads);
     free(targets);
     fsdp_model_destroy(m);

@@ -31,32 +31,32 @@ typedef struct {
 } rc_result;
 
 static void *rc_to_device(fsdp_backend *be, const float *x, size_t n, fsdp_dtype t) {
-    void *d = be->alloc(be, n * be->dtype_size(be, t), "test");
-    if (be->dtype_size(be, t) == 2) {
+    void *d = be->runtime->alloc(be, n * be->runtime->dtype_size(be, t), "test");
+    if (be->runtime->dtype_size(be, t) == 2) {
         uint16_t *h = malloc(n * 2);
         for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(x[i]);
-        be->copy_h2d(be, d, h, n * 2, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_h2d(be, d, h, n * 2, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
         free(h);
     } else {
-        be->copy_h2d(be, d, x, n * 4, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_h2d(be, d, x, n * 4, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
     }
     return d;
 }
 
 static float *rc_to_host(fsdp_backend *be, const void *d, size_t n, fsdp_dtype t) {
     float *x = malloc(n * 4);
-    be->stream_synchronize(be, be->compute);
-    if (be->dtype_size(be, t) == 2) {
+    be->runtime->stream_synchronize(be, be->compute);
+    if (be->runtime->dtype_size(be, t) == 2) {
         uint16_t *h = malloc(n * 2);
-        be->copy_d2h(be, h, d, n * 2, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_d2h(be, h, d, n * 2, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
         for (size_t i = 0; i < n; i++) x[i] = fsdp_bf16_to_f32(h[i]);
         free(h);
     } else {
-        be->copy_d2h(be, x, d, n * 4, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_d2h(be, x, d, n * 4, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
     }
     return x;
 }
@@ -92,8 +92,8 @@ static void rc_pass(fsdp_model *m, const fsdp_model_config *cfg, fsdp_backend *b
     int32_t *tok = malloc((size_t)N * 4), *tgt = malloc((size_t)N * 4);
     rc_tokens(tok, tgt, N, cfg->vocab_size, fsdp_model_padding_idx(cfg), stream);
     for (int i = 0; i < N; i++) counted += tgt[i] >= 0;
-    be->copy_h2d(be, fsdp_model_tokens(m), tok, (size_t)N * 4, be->compute);
-    be->copy_h2d(be, fsdp_model_targets(m), tgt, (size_t)N * 4, be->compute);
+    be->runtime->copy_h2d(be, fsdp_model_tokens(m), tok, (size_t)N * 4, be->compute);
+    be->runtime->copy_h2d(be, fsdp_model_targets(m), tgt, (size_t)N * 4, be->compute);
     fsdp_model_embed_forward(m, params[E]);
     for (int l = 0; l < L; l++) fsdp_model_block_forward(m, l, params[1 + l]);
     if (!train) {
@@ -110,7 +110,7 @@ static void rc_pass(fsdp_model *m, const fsdp_model_config *cfg, fsdp_backend *b
         }
         fsdp_model_embed_backward(m, params[E], grads[E]);
     }
-    be->stream_synchronize(be, be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
     free(tok), free(tgt);
 }
 
@@ -128,13 +128,13 @@ static void rc_run(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_la
     int U = l->num_units, training = shape.dropout.hidden > 0 || shape.dropout.attention > 0;
     void **params = calloc((size_t)U, sizeof(void *)), **grads = calloc((size_t)U, sizeof(void *));
     for (int u = 0; u < U; u++) {
-        size_t n = (size_t)l->units[u].numel, bytes = n * be->dtype_size(be, be->grad_dtype);
+        size_t n = (size_t)l->units[u].numel, bytes = n * be->runtime->dtype_size(be, be->grad_dtype);
         params[u] = rc_to_device(be, hp[u], n, be->act_dtype);
-        grads[u] = be->alloc(be, bytes, "grads");
-        be->zero(be, grads[u], bytes, be->compute);
+        grads[u] = be->runtime->alloc(be, bytes, "grads");
+        be->runtime->zero(be, grads[u], bytes, be->compute);
     }
-    float *sums = be->alloc(be, 2 * sizeof(float), "losses");
-    be->zero(be, sums, 2 * sizeof(float), be->compute);
+    float *sums = be->runtime->alloc(be, 2 * sizeof(float), "losses");
+    be->runtime->zero(be, sums, 2 * sizeof(float), be->compute);
     fsdp_model_set_dropout(m, training, 77, 3000);
     rc_pass(m, cfg, be, params, grads, sums, B, T, 1, 1, &out->dres);
     fsdp_model_set_dropout(m, 0, 0, 0);
@@ -146,9 +146,9 @@ static void rc_run(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_la
     free(s);
     out->grads = calloc((size_t)U, sizeof(float *));
     for (int u = 0; u < U; u++) out->grads[u] = rc_to_host(be, grads[u], (size_t)l->units[u].numel, be->grad_dtype);
-    out->arena = fsdp_model_activation_bytes(cfg, &shape, be->dtype_size(be, be->act_dtype));
-    for (int u = 0; u < U; u++) be->free(be, params[u]), be->free(be, grads[u]);
-    be->free(be, sums);
+    out->arena = fsdp_model_activation_bytes(cfg, &shape, be->runtime->dtype_size(be, be->act_dtype));
+    for (int u = 0; u < U; u++) be->runtime->free(be, params[u]), be->runtime->free(be, grads[u]);
+    be->runtime->free(be, sums);
     free(params), free(grads);
     fsdp_model_destroy(m);
 }

@@ -31,17 +31,17 @@ static float *randn(size_t n, float scale) {
 }
 
 static void *upload(const float *x, size_t n, fsdp_dtype t) {
-    size_t es = gpu->dtype_size(gpu, t);
-    void *d = gpu->alloc(gpu, n * es + 16, "test");
+    size_t es = gpu->runtime->dtype_size(gpu, t);
+    void *d = gpu->runtime->alloc(gpu, n * es + 16, "test");
     if (t == FSDP_BF16) {
         uint16_t *h = malloc(n * 2);
         for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(x[i]);
-        gpu->copy_h2d(gpu, d, h, n * 2, gpu->compute);
-        gpu->stream_synchronize(gpu, gpu->compute);
+        gpu->runtime->copy_h2d(gpu, d, h, n * 2, gpu->compute);
+        gpu->runtime->stream_synchronize(gpu, gpu->compute);
         free(h);
     } else {
-        gpu->copy_h2d(gpu, d, x, n * 4, gpu->compute);
-        gpu->stream_synchronize(gpu, gpu->compute);
+        gpu->runtime->copy_h2d(gpu, d, x, n * 4, gpu->compute);
+        gpu->runtime->stream_synchronize(gpu, gpu->compute);
     }
     return d;
 }
@@ -56,16 +56,16 @@ static void *poisoned(size_t n, fsdp_dtype t) {
 
 static float *download(const void *d, size_t n, fsdp_dtype t) {
     float *x = malloc(n * sizeof(float));
-    gpu->stream_synchronize(gpu, gpu->compute);
+    gpu->runtime->stream_synchronize(gpu, gpu->compute);
     if (t == FSDP_BF16) {
         uint16_t *h = malloc(n * 2);
-        gpu->copy_d2h(gpu, h, d, n * 2, gpu->compute);
-        gpu->stream_synchronize(gpu, gpu->compute);
+        gpu->runtime->copy_d2h(gpu, h, d, n * 2, gpu->compute);
+        gpu->runtime->stream_synchronize(gpu, gpu->compute);
         for (size_t i = 0; i < n; i++) x[i] = fsdp_bf16_to_f32(h[i]);
         free(h);
     } else {
-        gpu->copy_d2h(gpu, x, d, n * 4, gpu->compute);
-        gpu->stream_synchronize(gpu, gpu->compute);
+        gpu->runtime->copy_d2h(gpu, x, d, n * 4, gpu->compute);
+        gpu->runtime->stream_synchronize(gpu, gpu->compute);
     }
     return x;
 }
@@ -104,10 +104,10 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_residual, 
     float *x = randn((size_t)N * C, 1.0f), *w = randn((size_t)OC * C, 0.05f), *b = randn(OC, 0.1f);
     float *r = randn((size_t)N * OC, 1.0f);
     float *out = malloc((size_t)N * OC * 4);
-    cpu->matmul_forward(cpu, out, x, w, with_bias ? b : NULL, with_residual ? r : NULL, N, C, OC, relu);
+    cpu->ops->matmul_forward(cpu, out, x, w, with_bias ? b : NULL, with_residual ? r : NULL, N, C, OC, relu);
     void *dx = upload(x, (size_t)N * C, ACT), *dw = upload(w, (size_t)OC * C, ACT), *db = upload(b, OC, ACT);
     void *dr = upload(r, (size_t)N * OC, ACT), *dout = poisoned((size_t)N * OC, ACT);
-    gpu->matmul_forward(gpu, dout, dx, dw, with_bias ? db : NULL, with_residual ? dr : NULL, N, C, OC, relu);
+    gpu->ops->matmul_forward(gpu, dout, dx, dw, with_bias ? db : NULL, with_residual ? dr : NULL, N, C, OC, relu);
     snprintf(name, sizeof name, "matmul fwd %dx%dx%d%s%s%s", N, C, OC, with_bias ? " bias" : "",
              with_residual ? " residual" : "", relu ? " relu" : "");
     compare(name, out, dout, (size_t)N * OC, ACT, tolerance());
@@ -117,10 +117,10 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_residual, 
     if (GRAD == FSDP_BF16)
         for (size_t i = 0; i < (size_t)OC * C; i++) dw0[i] = fsdp_round_bf16(dw0[i]);
     float *dinp = malloc((size_t)N * C * 4), *dwc = copy(dw0, (size_t)OC * C), *dbc = copy(db0, OC);
-    cpu->matmul_backward(cpu, dinp, dwc, with_bias ? dbc : NULL, dy, x, w, N, C, OC);
+    cpu->ops->matmul_backward(cpu, dinp, dwc, with_bias ? dbc : NULL, dy, x, w, N, C, OC);
     void *ddy = upload(dy, (size_t)N * OC, ACT), *ddinp = poisoned((size_t)N * C, ACT);
     void *ddw = upload(dw0, (size_t)OC * C, GRAD), *ddb = upload(db0, OC, GRAD);
-    gpu->matmul_backward(gpu, ddinp, ddw, with_bias ? ddb : NULL, ddy, dx, dw, N, C, OC);
+    gpu->ops->matmul_backward(gpu, ddinp, ddw, with_bias ? ddb : NULL, ddy, dx, dw, N, C, OC);
     snprintf(name, sizeof name, "matmul bwd dinp %dx%dx%d", N, C, OC);
     compare(name, dinp, ddinp, (size_t)N * C, ACT, tolerance());
     snprintf(name, sizeof name, "matmul bwd dweight (+=) %dx%dx%d", N, C, OC);
@@ -131,7 +131,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_residual, 
     }
     free(x), free(w), free(b), free(r), free(out), free(dy), free(dw0), free(db0), free(dinp), free(dwc), free(dbc);
     void *ptrs[] = {dx, dw, db, dr, dout, ddy, ddinp, ddw, ddb};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->free(gpu, ptrs[i]);
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->runtime->free(gpu, ptrs[i]);
 }
 
 static void test_norm(int llama, int N, int C) {
@@ -143,11 +143,11 @@ static void test_norm(int llama, int N, int C) {
     void *dx = upload(x, (size_t)N * C, ACT), *dw = upload(w, C, ACT), *db = upload(b, C, ACT);
     void *dout = poisoned((size_t)N * C, ACT), *dmean = poisoned(N, FSDP_F32), *drstd = poisoned(N, FSDP_F32);
     if (llama) {
-        cpu->rmsnorm_forward(cpu, out, rstd, x, w, N, C, 1e-5f);
-        gpu->rmsnorm_forward(gpu, dout, drstd, dx, dw, N, C, 1e-5f);
+        cpu->ops->rmsnorm_forward(cpu, out, rstd, x, w, N, C, 1e-5f);
+        gpu->ops->rmsnorm_forward(gpu, dout, drstd, dx, dw, N, C, 1e-5f);
     } else {
-        cpu->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C, 1e-5f);
-        gpu->layernorm_forward(gpu, dout, dmean, drstd, dx, dw, db, N, C, 1e-5f);
+        cpu->ops->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C, 1e-5f);
+        gpu->ops->layernorm_forward(gpu, dout, dmean, drstd, dx, dw, db, N, C, 1e-5f);
     }
     snprintf(name, sizeof name, "%s fwd %dx%d", kind, N, C);
     compare(name, out, dout, (size_t)N * C, ACT, tolerance());
@@ -161,11 +161,11 @@ static void test_norm(int llama, int N, int C) {
     void *ddw = upload(dw0, C, GRAD), *ddb = upload(db0, C, GRAD);
     /* Both sides use the GPU's saved statistics' CPU twins: recompute on the CPU from its own. */
     if (llama) {
-        cpu->rmsnorm_backward(cpu, dxc, dwc, dy, x, w, rstd, N, C);
-        gpu->rmsnorm_backward(gpu, ddx, ddw, ddy, dx, dw, drstd, N, C);
+        cpu->ops->rmsnorm_backward(cpu, dxc, dwc, dy, x, w, rstd, N, C);
+        gpu->ops->rmsnorm_backward(gpu, ddx, ddw, ddy, dx, dw, drstd, N, C);
     } else {
-        cpu->layernorm_backward(cpu, dxc, dwc, dbc, dy, x, w, mean, rstd, N, C);
-        gpu->layernorm_backward(gpu, ddx, ddw, ddb, ddy, dx, dw, dmean, drstd, N, C);
+        cpu->ops->layernorm_backward(cpu, dxc, dwc, dbc, dy, x, w, mean, rstd, N, C);
+        gpu->ops->layernorm_backward(gpu, ddx, ddw, ddb, ddy, dx, dw, dmean, drstd, N, C);
     }
     snprintf(name, sizeof name, "%s bwd dinp (+=)", kind);
     compare(name, dxc, ddx, (size_t)N * C, ACT, tolerance());
@@ -175,7 +175,7 @@ static void test_norm(int llama, int N, int C) {
     free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dy), free(dx0), free(dw0), free(db0);
     free(dxc), free(dwc), free(dbc);
     void *ptrs[] = {dx, dw, db, dout, dmean, drstd, ddy, ddx, ddw, ddb};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->free(gpu, ptrs[i]);
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->runtime->free(gpu, ptrs[i]);
 }
 
 /* p > 0 drops the probabilities (attention_forward / _backward with a dropout descriptor) on both
@@ -191,8 +191,8 @@ static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D,
     void *dqkvin = upload(qkv, nq, ACT), *dout = poisoned(no, ACT), *dlse = poisoned(nl, FSDP_F32);
     void *dprobs = mode == FSDP_ATTN_EAGER ? poisoned(np, ACT) : NULL;
     const fsdp_dropout *dr = p > 0 ? &drop : NULL;
-    cpu->attention_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D, dr);
-    gpu->attention_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D, dr);
+    cpu->ops->attention_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D, dr);
+    gpu->ops->attention_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D, dr);
     snprintf(name, sizeof name, "attention %s fwd B%d T%d H%d/%d D%d p%.1f", m, B, T, Hq, Hkv, D, p);
     compare(name, out, dout, no, ACT, tolerance());
     snprintf(name, sizeof name, "attention %s fwd lse", m);
@@ -201,13 +201,14 @@ static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D,
     float *dy = randn(no, 1.0f), *dq = malloc(nq * 4);
     /* The backward reads the forward's output; give both sides their own. */
     void *ddy = upload(dy, no, ACT), *ddq = poisoned(nq, ACT);
-    cpu->attention_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D, dr);
-    gpu->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, dr);
+    cpu->ops->attention_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D, dr);
+    gpu->ops->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, dr);
     snprintf(name, sizeof name, "attention %s bwd dqkv B%d T%d H%d/%d D%d p%.1f", m, B, T, Hq, Hkv, D, p);
     compare(name, dq, ddq, nq, ACT, ACT == FSDP_BF16 ? 3e-2 : 1e-4);
     free(qkv), free(out), free(lse), free(probs), free(dy), free(dq);
-    gpu->free(gpu, dqkvin), gpu->free(gpu, dout), gpu->free(gpu, dlse), gpu->free(gpu, ddy), gpu->free(gpu, ddq);
-    if (dprobs) gpu->free(gpu, dprobs);
+    gpu->runtime->free(gpu, dqkvin), gpu->runtime->free(gpu, dout), gpu->runtime->free(gpu, dlse);
+    gpu->runtime->free(gpu, ddy), gpu->runtime->free(gpu, ddq);
+    if (dprobs) gpu->runtime->free(gpu, dprobs);
 }
 
 /* The residual-dropout ops of the table: stand-alone forward and backward, and the norms with the
@@ -224,21 +225,21 @@ static void test_dropout_ops(int llama, int B, int T, int C, double p) {
     void *dres = upload(res, n, ACT), *dx = upload(x, n, ACT), *dw = upload(w, C, ACT), *db = upload(b, C, ACT);
     void *dro = poisoned(n, ACT), *dout = poisoned(n, ACT), *dmean = poisoned(N, FSDP_F32);
     void *drstd = poisoned(N, FSDP_F32);
-    cpu->residual_dropout_forward(cpu, ro, res, x, N, T, C, &drop);
-    gpu->residual_dropout_forward(gpu, dro, dres, dx, N, T, C, &drop);
+    cpu->ops->residual_dropout_forward(cpu, ro, res, x, N, T, C, &drop);
+    gpu->ops->residual_dropout_forward(gpu, dro, dres, dx, N, T, C, &drop);
     snprintf(name, sizeof name, "residual_dropout fwd %dx%d p%.1f", N, C, p);
     compare(name, ro, dro, n, ACT, tolerance());
-    cpu->dropout_backward(cpu, out, x, N, T, C, &drop);
-    gpu->dropout_backward(gpu, dout, dx, N, T, C, &drop);
+    cpu->ops->dropout_backward(cpu, out, x, N, T, C, &drop);
+    gpu->ops->dropout_backward(gpu, dout, dx, N, T, C, &drop);
     snprintf(name, sizeof name, "dropout bwd %dx%d p%.1f", N, C, p);
     compare(name, out, dout, n, ACT, tolerance());
 
     if (llama) {
-        cpu->rmsnorm_dropout_forward(cpu, ro, out, rstd, res, x, w, N, T, C, 1e-5f, &drop);
-        gpu->rmsnorm_dropout_forward(gpu, dro, dout, drstd, dres, dx, dw, N, T, C, 1e-5f, &drop);
+        cpu->ops->rmsnorm_dropout_forward(cpu, ro, out, rstd, res, x, w, N, T, C, 1e-5f, &drop);
+        gpu->ops->rmsnorm_dropout_forward(gpu, dro, dout, drstd, dres, dx, dw, N, T, C, 1e-5f, &drop);
     } else {
-        cpu->layernorm_dropout_forward(cpu, ro, out, mean, rstd, res, x, w, b, N, T, C, 1e-5f, &drop);
-        gpu->layernorm_dropout_forward(gpu, dro, dout, dmean, drstd, dres, dx, dw, db, N, T, C, 1e-5f, &drop);
+        cpu->ops->layernorm_dropout_forward(cpu, ro, out, mean, rstd, res, x, w, b, N, T, C, 1e-5f, &drop);
+        gpu->ops->layernorm_dropout_forward(gpu, dro, dout, dmean, drstd, dres, dx, dw, db, N, T, C, 1e-5f, &drop);
     }
     snprintf(name, sizeof name, "%s_dropout fwd res_out %dx%d p%.1f", kind, N, C, p);
     compare(name, ro, dro, n, ACT, tolerance());
@@ -252,11 +253,11 @@ static void test_dropout_ops(int llama, int B, int T, int C, double p) {
     void *ddy = upload(dy, n, ACT), *ddinp = upload(dinp0, n, ACT), *ddw = upload(dw0, C, GRAD);
     void *ddb = upload(db0, C, GRAD), *ddx = poisoned(n, ACT);
     if (llama) {
-        cpu->rmsnorm_dropout_backward(cpu, dinp, dxc, dwc, dy, ro, w, rstd, N, T, C, &drop);
-        gpu->rmsnorm_dropout_backward(gpu, ddinp, ddx, ddw, ddy, dro, dw, drstd, N, T, C, &drop);
+        cpu->ops->rmsnorm_dropout_backward(cpu, dinp, dxc, dwc, dy, ro, w, rstd, N, T, C, &drop);
+        gpu->ops->rmsnorm_dropout_backward(gpu, ddinp, ddx, ddw, ddy, dro, dw, drstd, N, T, C, &drop);
     } else {
-        cpu->layernorm_dropout_backward(cpu, dinp, dxc, dwc, dbc, dy, ro, w, mean, rstd, N, T, C, &drop);
-        gpu->layernorm_dropout_backward(gpu, ddinp, ddx, ddw, ddb, ddy, dro, dw, dmean, drstd, N, T, C, &drop);
+        cpu->ops->layernorm_dropout_backward(cpu, dinp, dxc, dwc, dbc, dy, ro, w, mean, rstd, N, T, C, &drop);
+        gpu->ops->layernorm_dropout_backward(gpu, ddinp, ddx, ddw, ddb, ddy, dro, dw, dmean, drstd, N, T, C, &drop);
     }
     snprintf(name, sizeof name, "%s_dropout bwd dinp (+=)", kind);
     compare(name, dinp, ddinp, n, ACT, tolerance());
@@ -268,7 +269,7 @@ static void test_dropout_ops(int llama, int B, int T, int C, double p) {
     free(res), free(x), free(w), free(b), free(ro), free(out), free(mean), free(rstd), free(dy), free(dinp0);
     free(dw0), free(db0), free(dinp), free(dwc), free(dbc), free(dxc);
     void *ptrs[] = {dres, dx, dw, db, dro, dout, dmean, drstd, ddy, ddinp, ddw, ddb, ddx};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->free(gpu, ptrs[i]);
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->runtime->free(gpu, ptrs[i]);
 }
 
 static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, int V) {
@@ -278,41 +279,41 @@ static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, i
     int32_t *tok = malloc((size_t)N * 4);
     for (int i = 0; i < N; i++) tok[i] = (int32_t)fsdp_rand_below(5, draw, (uint64_t)i, (uint32_t)(i % 3 ? V : 7));
     float *wte = randn((size_t)V * C, 1.0f), *wpe = randn((size_t)(T + 2) * C, 1.0f), *out = malloc((size_t)N * C * 4);
-    void *dtok = gpu->alloc(gpu, (size_t)N * 4, "tokens");
-    gpu->copy_h2d(gpu, dtok, tok, (size_t)N * 4, gpu->compute);
+    void *dtok = gpu->runtime->alloc(gpu, (size_t)N * 4, "tokens");
+    gpu->runtime->copy_h2d(gpu, dtok, tok, (size_t)N * 4, gpu->compute);
     void *dwte = upload(wte, (size_t)V * C, ACT), *dwpe = upload(wpe, (size_t)(T + 2) * C, ACT);
     void *dout = poisoned((size_t)N * C, ACT);
-    cpu->embedding_forward(cpu, out, tok, wte, wpe, 2, N, T, C);
-    gpu->embedding_forward(gpu, dout, dtok, dwte, dwpe, 2, N, T, C);
+    cpu->ops->embedding_forward(cpu, out, tok, wte, wpe, 2, N, T, C);
+    gpu->ops->embedding_forward(gpu, dout, dtok, dwte, dwpe, 2, N, T, C);
     compare("embedding fwd (positions +2)", out, dout, (size_t)N * C, ACT, tolerance());
     float *dy = randn((size_t)N * C, 1.0f), *g0 = randn((size_t)V * C, 1.0f), *p0 = randn((size_t)(T + 2) * C, 1.0f);
     float *gc = copy(g0, (size_t)V * C), *pc = copy(p0, (size_t)(T + 2) * C);
     /* The first token is the padding_idx: its row gets no gradient from the inputs. */
-    cpu->embedding_backward(cpu, gc, pc, dy, tok, tok[0], 2, N, T, C);
+    cpu->ops->embedding_backward(cpu, gc, pc, dy, tok, tok[0], 2, N, T, C);
     void *ddy = upload(dy, (size_t)N * C, ACT), *dg = upload(g0, (size_t)V * C, GRAD);
     void *dp = upload(p0, (size_t)(T + 2) * C, GRAD);
-    gpu->embedding_backward(gpu, dg, dp, ddy, dtok, tok[0], 2, N, T, C);
+    gpu->ops->embedding_backward(gpu, dg, dp, ddy, dtok, tok[0], 2, N, T, C);
     compare("embedding bwd dwte (+=, repeated tokens, padding_idx)", gc, dg, (size_t)V * C, GRAD, tolerance());
     compare("embedding bwd dwpe (+=)", pc, dp, (size_t)(T + 2) * C, GRAD, tolerance());
 
     /* swiglu */
     float *gu = randn((size_t)N * 2 * F, 2.0f), *sw = malloc((size_t)N * F * 4);
     void *dgu = upload(gu, (size_t)N * 2 * F, ACT), *dsw = poisoned((size_t)N * F, ACT);
-    cpu->swiglu_forward(cpu, sw, gu, N, F);
-    gpu->swiglu_forward(gpu, dsw, dgu, N, F);
+    cpu->ops->swiglu_forward(cpu, sw, gu, N, F);
+    gpu->ops->swiglu_forward(gpu, dsw, dgu, N, F);
     compare("swiglu fwd", sw, dsw, (size_t)N * F, ACT, tolerance());
     float *dsy = randn((size_t)N * F, 1.0f), *dgc = malloc((size_t)N * 2 * F * 4);
     void *ddsy = upload(dsy, (size_t)N * F, ACT), *ddg = poisoned((size_t)N * 2 * F, ACT);
-    cpu->swiglu_backward(cpu, dgc, dsy, gu, N, F);
-    gpu->swiglu_backward(gpu, ddg, ddsy, dgu, N, F);
+    cpu->ops->swiglu_backward(cpu, dgc, dsy, gu, N, F);
+    gpu->ops->swiglu_backward(gpu, ddg, ddsy, dgu, N, F);
     compare("swiglu bwd", dgc, ddg, (size_t)N * 2 * F, ACT, tolerance());
 
     /* relu backward (out has exact zeros, as a relu output would) */
     float *ro = randn((size_t)N * F, 1.0f), *rd = randn((size_t)N * F, 1.0f);
     for (size_t i = 0; i < (size_t)N * F; i++) ro[i] = ro[i] > 0 ? ro[i] : 0.0f;
     void *dro = upload(ro, (size_t)N * F, ACT), *drd = upload(rd, (size_t)N * F, ACT);
-    cpu->relu_backward(cpu, rd, ro, (size_t)N * F);
-    gpu->relu_backward(gpu, drd, dro, (size_t)N * F);
+    cpu->ops->relu_backward(cpu, rd, ro, (size_t)N * F);
+    gpu->ops->relu_backward(gpu, drd, dro, (size_t)N * F);
     compare("relu bwd", rd, drd, (size_t)N * F, ACT, tolerance());
 
     /* rope */
@@ -323,15 +324,15 @@ static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, i
             double a = t * pow(500000.0, -2.0 * i / D);
             cs[((size_t)t * (D / 2) + i) * 2] = (float)cos(a), cs[((size_t)t * (D / 2) + i) * 2 + 1] = (float)sin(a);
         }
-    void *dcs = gpu->alloc(gpu, (size_t)T * D * 4, "rope table");
-    gpu->copy_h2d(gpu, dcs, cs, (size_t)T * D * 4, gpu->compute);
+    void *dcs = gpu->runtime->alloc(gpu, (size_t)T * D * 4, "rope table");
+    gpu->runtime->copy_h2d(gpu, dcs, cs, (size_t)T * D * 4, gpu->compute);
     float *q = randn(nq, 1.0f);
     void *dq = upload(q, nq, ACT);
-    cpu->rope_forward(cpu, q, cs, B, T, Hq, Hkv, D);
-    gpu->rope_forward(gpu, dq, dcs, B, T, Hq, Hkv, D);
+    cpu->ops->rope_forward(cpu, q, cs, B, T, Hq, Hkv, D);
+    gpu->ops->rope_forward(gpu, dq, dcs, B, T, Hq, Hkv, D);
     compare("rope fwd (in place, v untouched)", q, dq, nq, ACT, tolerance());
-    cpu->rope_backward(cpu, q, cs, B, T, Hq, Hkv, D);
-    gpu->rope_backward(gpu, dq, dcs, B, T, Hq, Hkv, D);
+    cpu->ops->rope_backward(cpu, q, cs, B, T, Hq, Hkv, D);
+    gpu->ops->rope_backward(gpu, dq, dcs, B, T, Hq, Hkv, D);
     compare("rope bwd", q, dq, nq, ACT, tolerance());
 
     /* cross-entropy with an ignored row */
@@ -340,10 +341,10 @@ static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, i
     int32_t *tg = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) tg[i] = i == 1 ? -1 : (int32_t)fsdp_rand_below(6, draw, (uint64_t)i, (uint32_t)V);
     void *dlg = upload(lg, (size_t)n * V, ACT), *dloss = poisoned(n, FSDP_F32);
-    void *dtg = gpu->alloc(gpu, (size_t)n * 4, "targets");
-    gpu->copy_h2d(gpu, dtg, tg, (size_t)n * 4, gpu->compute);
-    cpu->cross_entropy(cpu, loss, lg, tg, n, V, 0.37f);
-    gpu->cross_entropy(gpu, dloss, dlg, dtg, n, V, 0.37f);
+    void *dtg = gpu->runtime->alloc(gpu, (size_t)n * 4, "targets");
+    gpu->runtime->copy_h2d(gpu, dtg, tg, (size_t)n * 4, gpu->compute);
+    cpu->ops->cross_entropy(cpu, loss, lg, tg, n, V, 0.37f);
+    gpu->ops->cross_entropy(gpu, dloss, dlg, dtg, n, V, 0.37f);
     snprintf(name, sizeof name, "cross-entropy losses V%d", V);
     compare(name, loss, dloss, n, FSDP_F32, ACT == FSDP_BF16 ? 1e-3 : 1e-5);
     compare("cross-entropy dlogits (in place)", lg, dlg, (size_t)n * V, ACT, tolerance());
@@ -351,7 +352,7 @@ static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, i
     free(tok), free(wte), free(wpe), free(out), free(dy), free(g0), free(p0), free(gc), free(pc), free(gu), free(sw);
     free(dsy), free(dgc), free(ro), free(rd), free(cs), free(q), free(lg), free(loss), free(tg);
     void *ptrs[] = {dtok, dwte, dwpe, dout, ddy, dg, dp, dgu, dsw, ddsy, ddg, dro, drd, dcs, dq, dlg, dloss, dtg};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->free(gpu, ptrs[i]);
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->runtime->free(gpu, ptrs[i]);
 }
 
 static void test_optimizer(size_t n) {
@@ -361,49 +362,49 @@ static void test_optimizer(size_t n) {
     float *pc = copy(p, n), *mc = copy(m, n), *vc = copy(v, n), *work = malloc(n * 4);
     fsdp_adamw_args a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7};
     float scale = 0.5f;
-    cpu->adamw(cpu, pc, g, mc, vc, master, n, &a, &scale, work, ACT, cpu->compute);
+    cpu->ops->adamw(cpu, pc, g, mc, vc, master, n, &a, &scale, work, ACT, cpu->compute);
     void *dp = upload(p, n, master), *dg = upload(g, n, master), *dm = upload(m, n, master), *dv = upload(v, n, master);
     void *dwk = poisoned(n, ACT);
-    float *dscale = gpu->alloc(gpu, 4, "scale");
-    gpu->copy_h2d(gpu, dscale, &scale, 4, gpu->compute);
-    gpu->adamw(gpu, dp, dg, dm, dv, master, n, &a, dscale, dwk, ACT, gpu->compute);
+    float *dscale = gpu->runtime->alloc(gpu, 4, "scale");
+    gpu->runtime->copy_h2d(gpu, dscale, &scale, 4, gpu->compute);
+    gpu->ops->adamw(gpu, dp, dg, dm, dv, master, n, &a, dscale, dwk, ACT, gpu->compute);
     compare("adamw param", pc, dp, n, master, 1e-6);
     compare("adamw exp_avg", mc, dm, n, master, 1e-6);
     compare("adamw exp_avg_sq", vc, dv, n, master, 1e-6);
     compare("adamw working copy", work, dwk, n, ACT, ACT == FSDP_BF16 ? 5e-3 : 1e-6);
 
     /* sums, clip scale, cast, accumulate */
-    float *sumsq = calloc(2, 4), *dsum = gpu->alloc(gpu, 8, "sums");
-    gpu->zero(gpu, dsum, 8, gpu->compute);
-    cpu->sum_squares(cpu, &sumsq[0], g, FSDP_F32, n, cpu->compute);
-    cpu->sum(cpu, &sumsq[1], g, n, cpu->compute);
-    gpu->sum_squares(gpu, dsum, dg, FSDP_F32, n, gpu->compute);
-    gpu->sum(gpu, dsum + 1, dg, n, gpu->compute);
+    float *sumsq = calloc(2, 4), *dsum = gpu->runtime->alloc(gpu, 8, "sums");
+    gpu->runtime->zero(gpu, dsum, 8, gpu->compute);
+    cpu->ops->sum_squares(cpu, &sumsq[0], g, FSDP_F32, n, cpu->compute);
+    cpu->ops->sum(cpu, &sumsq[1], g, n, cpu->compute);
+    gpu->ops->sum_squares(gpu, dsum, dg, FSDP_F32, n, gpu->compute);
+    gpu->ops->sum(gpu, dsum + 1, dg, n, gpu->compute);
     compare("sum of squares", &sumsq[0], dsum, 1, FSDP_F32, 1e-5);
     compare("sum", &sumsq[1], dsum + 1, 1, FSDP_F32, 1e-4);
-    float clip_c, *dclip = gpu->alloc(gpu, 4, "clip");
-    cpu->clip_scale(cpu, &clip_c, &sumsq[0], 0.01f, cpu->compute);
-    gpu->clip_scale(gpu, dclip, dsum, 0.01f, gpu->compute);
+    float clip_c, *dclip = gpu->runtime->alloc(gpu, 4, "clip");
+    cpu->ops->clip_scale(cpu, &clip_c, &sumsq[0], 0.01f, cpu->compute);
+    gpu->ops->clip_scale(gpu, dclip, dsum, 0.01f, gpu->compute);
     compare("clip scale", &clip_c, dclip, 1, FSDP_F32, 1e-5);
     void *dc = poisoned(n, FSDP_BF16);
     float *rounded = copy(g, n);
     for (size_t i = 0; i < n; i++) rounded[i] = fsdp_round_bf16(rounded[i]);
-    gpu->cast(gpu, dc, FSDP_BF16, dg, FSDP_F32, n, gpu->compute);
+    gpu->ops->cast(gpu, dc, FSDP_BF16, dg, FSDP_F32, n, gpu->compute);
     compare("cast fp32 -> bf16", rounded, dc, n, FSDP_BF16, 1e-7);
     for (size_t i = 0; i < n; i++) rounded[i] += p[i];
     void *dacc = upload(p, n, FSDP_F32);
-    gpu->accumulate(gpu, dacc, FSDP_F32, dc, FSDP_BF16, n, gpu->compute);
+    gpu->ops->accumulate(gpu, dacc, FSDP_F32, dc, FSDP_BF16, n, gpu->compute);
     compare("accumulate bf16 into fp32", rounded, dacc, n, FSDP_F32, 1e-6);
     free(p), free(g), free(m), free(v), free(pc), free(mc), free(vc), free(work), free(sumsq), free(rounded);
     void *ptrs[] = {dp, dg, dm, dv, dwk, dscale, dsum, dclip, dc, dacc};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->free(gpu, ptrs[i]);
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->runtime->free(gpu, ptrs[i]);
 }
 
 static void run_mode(fsdp_dtype act, fsdp_dtype grad) {
     fsdp_err err = {0};
     ACT = act, GRAD = grad;
-    fsdp_backend_options co = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
-    fsdp_backend_options go = {"cuda", act, grad, 0, 1, 0, 0};
+    fsdp_backend_options co = {.kind = "cpu", .act_dtype = FSDP_F32, .grad_dtype = FSDP_F32, .local_size = 1};
+    fsdp_backend_options go = {.kind = "cuda", .act_dtype = act, .grad_dtype = grad, .local_size = 1};
     cpu = fsdp_backend_create(&co, &err);
     gpu = fsdp_backend_create(&go, &err);
     if (!cpu || !gpu) {
@@ -428,8 +429,8 @@ static void run_mode(fsdp_dtype act, fsdp_dtype grad) {
     test_dropout_ops(1, 2, 37, 40, 0.1), test_dropout_ops(0, 2, 37, 40, 0.1);
     test_dropout_ops(1, 4, 256, 2048, 0.1), test_dropout_ops(0, 4, 256, 2048, 0.1);
     test_optimizer(1000003);
-    gpu->destroy(gpu);
-    cpu->destroy(cpu);
+    gpu->runtime->destroy(gpu);
+    cpu->runtime->destroy(cpu);
 }
 
 int main(int argc, char **argv) {

@@ -28,32 +28,32 @@ typedef struct {
 } side;
 
 static void *to_device(fsdp_backend *be, const float *x, size_t n, fsdp_dtype t) {
-    void *d = be->alloc(be, n * be->dtype_size(be, t), "test");
-    if (be->dtype_size(be, t) == 2) {
+    void *d = be->runtime->alloc(be, n * be->runtime->dtype_size(be, t), "test");
+    if (be->runtime->dtype_size(be, t) == 2) {
         uint16_t *h = malloc(n * 2);
         for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(x[i]);
-        be->copy_h2d(be, d, h, n * 2, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_h2d(be, d, h, n * 2, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
         free(h);
     } else {
-        be->copy_h2d(be, d, x, n * 4, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_h2d(be, d, x, n * 4, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
     }
     return d;
 }
 
 static float *to_host(fsdp_backend *be, const void *d, size_t n, fsdp_dtype t) {
     float *x = malloc(n * 4);
-    be->stream_synchronize(be, be->compute);
-    if (be->dtype_size(be, t) == 2) {
+    be->runtime->stream_synchronize(be, be->compute);
+    if (be->runtime->dtype_size(be, t) == 2) {
         uint16_t *h = malloc(n * 2);
-        be->copy_d2h(be, h, d, n * 2, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_d2h(be, h, d, n * 2, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
         for (size_t i = 0; i < n; i++) x[i] = fsdp_bf16_to_f32(h[i]);
         free(h);
     } else {
-        be->copy_d2h(be, x, d, n * 4, be->compute);
-        be->stream_synchronize(be, be->compute);
+        be->runtime->copy_d2h(be, x, d, n * 4, be->compute);
+        be->runtime->stream_synchronize(be, be->compute);
     }
     return x;
 }
@@ -76,23 +76,24 @@ static void run_side(side *s, const fsdp_model_config *cfg, const fsdp_layout *l
     s->grads = calloc((size_t)U, sizeof(void *));
     for (int u = 0; u < U; u++) {
         s->params[u] = to_device(be, host_params[u], (size_t)l->units[u].numel, be->act_dtype);
-        s->grads[u] = be->alloc(be, (size_t)l->units[u].numel * be->dtype_size(be, be->grad_dtype), "grads");
+        size_t grad_bytes = (size_t)l->units[u].numel * be->runtime->dtype_size(be, be->grad_dtype);
+        s->grads[u] = be->runtime->alloc(be, grad_bytes, "grads");
     }
-    be->copy_h2d(be, fsdp_model_tokens(s->model), tok, (size_t)B * T * 4, be->compute);
-    be->copy_h2d(be, fsdp_model_targets(s->model), tgt, (size_t)B * T * 4, be->compute);
-    s->loss = be->alloc(be, 4, "loss");
+    be->runtime->copy_h2d(be, fsdp_model_tokens(s->model), tok, (size_t)B * T * 4, be->compute);
+    be->runtime->copy_h2d(be, fsdp_model_targets(s->model), tgt, (size_t)B * T * 4, be->compute);
+    s->loss = be->runtime->alloc(be, 4, "loss");
     int L = cfg->num_layers, E = 0, H = U - 1;
     fsdp_model_embed_forward(s->model, s->params[E]);
     for (int i = 0; i < L; i++) fsdp_model_block_forward(s->model, i, s->params[1 + i]);
     fsdp_model_head(s->model, s->params[H], s->grads[H], s->params[E], s->grads[E], 1.0f / (float)counted, s->loss);
     for (int i = L - 1; i >= 0; i--) fsdp_model_block_backward(s->model, i, s->params[1 + i], s->grads[1 + i]);
     fsdp_model_embed_backward(s->model, s->params[E], s->grads[E]);
-    be->stream_synchronize(be, be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
 }
 
 static void free_side(side *s, int U) {
-    for (int u = 0; u < U; u++) s->be->free(s->be, s->params[u]), s->be->free(s->be, s->grads[u]);
-    s->be->free(s->be, s->loss);
+    for (int u = 0; u < U; u++) s->be->runtime->free(s->be, s->params[u]), s->be->runtime->free(s->be, s->grads[u]);
+    s->be->runtime->free(s->be, s->loss);
     fsdp_model_destroy(s->model);
     free(s->params), free(s->grads);
 }
@@ -112,7 +113,8 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
     /* In bf16 mode the CPU side emulates bf16 (every op's output rounded to bf16, as the GPU stores
      * it): against plain fp32, small models' attention gradients differ by more than bf16 noise
      * because they are small differences of large terms. */
-    fsdp_backend_options co = {"cpu", act, FSDP_F32, 0, 1, 0, 0}, go = {"cuda", act, FSDP_F32, 0, 1, 0, 0};
+    fsdp_backend_options co = {.kind = "cpu", .act_dtype = act, .grad_dtype = FSDP_F32, .local_size = 1};
+    fsdp_backend_options go = {.kind = "cuda", .act_dtype = act, .grad_dtype = FSDP_F32, .local_size = 1};
     side c = {fsdp_backend_create(&co, &err), 0, 0, 0, 0}, g = {fsdp_backend_create(&go, &err), 0, 0, 0, 0};
     int U = l.num_units;
     float **hp = calloc((size_t)U, sizeof(float *));
@@ -170,7 +172,7 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
            l.num_params, worst, tol_grad);
     free(gl);
     free_side(&c, U), free_side(&g, U);
-    c.be->destroy(c.be), g.be->destroy(g.be);
+    c.be->runtime->destroy(c.be), g.be->runtime->destroy(g.be);
     for (int u = 0; u < U; u++) free(hp[u]);
     free(hp), free(tok), free(tgt);
     fsdp_layout_free(&l);

@@ -44,7 +44,7 @@ static void rig_create(rig *r, const char *preset, int B, int T, float dropout, 
     r->cfg.dropout = dropout, r->cfg.attention_dropout = attention_dropout;
     r->B = B, r->T = T;
     fsdp_layout_build(&r->cfg, &r->layout);
-    fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
+    fsdp_backend_options bo = {.kind = "cpu", .act_dtype = FSDP_F32, .grad_dtype = FSDP_F32, .local_size = 1};
     r->be = fsdp_backend_create(&bo, &err);
     fsdp_model_shape shape = {.batch = B, .seq = T, .attn = FSDP_ATTN_EAGER};
     if (!r->be || fsdp_model_dropout_rates(&r->cfg, 0, 0.0, &shape.dropout, &err)) exit(1);
@@ -56,8 +56,8 @@ static void rig_create(rig *r, const char *preset, int B, int T, float dropout, 
     int U = r->layout.num_units;
     r->params = calloc((size_t)U, sizeof *r->params), r->grads = calloc((size_t)U, sizeof *r->grads);
     for (int u = 0; u < U; u++) {
-        r->params[u] = r->be->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "params");
-        r->grads[u] = r->be->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "grads");
+        r->params[u] = r->be->runtime->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "params");
+        r->grads[u] = r->be->runtime->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "grads");
     }
     for (int i = 0; i < r->layout.num_params; i++) {
         const fsdp_param_desc *p = &r->layout.params[i];
@@ -67,7 +67,7 @@ static void rig_create(rig *r, const char *preset, int B, int T, float dropout, 
                                                             : 4.0f * v;
         }
     }
-    r->loss = r->be->alloc(r->be, sizeof(float), "loss");
+    r->loss = r->be->runtime->alloc(r->be, sizeof(float), "loss");
 }
 
 /* Zeroes a module of layer 0 (weight and bias): its branch adds exactly nothing. */

@@ -42,7 +42,7 @@ static double evaluate(rig *r, int keep_grads) {
         for (int l = L - 1; l >= 0; l--) fsdp_model_block_backward(r->model, l, r->params[1 + l], r->grads[1 + l]);
         fsdp_model_embed_backward(r->model, r->params[E], r->grads[E]);
     }
-    be->stream_synchronize(be, be->compute);
+    be->runtime->stream_synchronize(be, be->compute);
     return (double)*r->loss_sum / r->counted;
 }
 
@@ -51,7 +51,7 @@ static void setup(rig *r, const char *preset, int B, int T, double dropout, doub
     memset(r, 0, sizeof *r);
     if (fsdp_model_preset(preset, &r->cfg)) exit(1);
     fsdp_layout_build(&r->cfg, &r->layout);
-    fsdp_backend_options bo = {"cpu", FSDP_F32, FSDP_F32, 0, 1, 0, 0};
+    fsdp_backend_options bo = {.kind = "cpu", .act_dtype = FSDP_F32, .grad_dtype = FSDP_F32, .local_size = 1};
     r->be = fsdp_backend_create(&bo, &err);
     fsdp_model_shape shape = {.batch = B, .seq = T, .attn = FSDP_ATTN_FLASH, .head_chunk_rows = 5}; /* several LM-head chunks */
     r->cfg.dropout = (float)dropout, r->cfg.attention_dropout = (float)attention_dropout;
@@ -66,8 +66,8 @@ static void setup(rig *r, const char *preset, int B, int T, double dropout, doub
     r->params = calloc((size_t)U, sizeof *r->params);
     r->grads = calloc((size_t)U, sizeof *r->grads);
     for (int u = 0; u < U; u++) {
-        r->params[u] = r->be->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "params");
-        r->grads[u] = r->be->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "grads");
+        r->params[u] = r->be->runtime->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "params");
+        r->grads[u] = r->be->runtime->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "grads");
     }
     for (int i = 0; i < r->layout.num_params; i++) {
         const fsdp_param_desc *p = &r->layout.params[i];
@@ -85,7 +85,7 @@ static void setup(rig *r, const char *preset, int B, int T, double dropout, doub
         tgt[i] = i % 5 == 2 ? -1 : (int32_t)fsdp_rand_below(3, 2, (uint64_t)i, (uint32_t)r->cfg.vocab_size);
         r->counted += tgt[i] >= 0;
     }
-    r->loss_sum = r->be->alloc(r->be, sizeof(float), "loss");
+    r->loss_sum = r->be->runtime->alloc(r->be, sizeof(float), "loss");
 }
 
 /* Central difference of the loss along direction d (unit norm) of parameter p. */

@@ -15,7 +15,8 @@ int main(int argc, char **argv) {
     fsdp_err err = {0};
     const char *presets[] = {"tiny-llama", "tiny-opt", "tiny-qwen2"};
     for (int act = 0; act < 2; act++) {
-        fsdp_backend_options bo = {"cpu", act ? FSDP_BF16 : FSDP_F32, FSDP_F32, 0, 1, 0, 0};
+        fsdp_backend_options bo = {.kind = "cpu", .act_dtype = act ? FSDP_BF16 : FSDP_F32, .grad_dtype = FSDP_F32,
+                                   .local_size = 1};
         fsdp_backend *be = fsdp_backend_create(&bo, &err);
         if (!be) {
             printf("backend: %s\n", err.msg);
@@ -37,7 +38,7 @@ int main(int argc, char **argv) {
                     }
                     rc_configuration(be, presets[p], &cfg, (fsdp_attn)attn, 2, 11, 0.0);
                 }
-        be->destroy(be);
+        be->runtime->destroy(be);
     }
     printf("test_model_recompute: %d of %d checks failed\n", rc_failures, rc_checks);
     MPI_Finalize();
