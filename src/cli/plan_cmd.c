@@ -128,7 +128,7 @@ static void print_text(const plan_report *r) {
     snprintf(what, sizeof what, "gradients (%s)", fsdp_dtype_name(o->master_dtype));
     row(what, e->grads, NULL);
     snprintf(what, sizeof what, "optimizer states: Adam m, v (%s)", fsdp_dtype_name(o->master_dtype));
-    row(what, e->adam, NULL);
+    row(what, p->optimizer_states, NULL);
     snprintf(what, sizeof what, "working copy (%s)", fsdp_dtype_name(o->compute_dtype));
     row(what, e->working, e->working ? NULL : "the master weights themselves");
     snprintf(what, sizeof what, "gathered units (%d slots in %d rings)", e->gathered_slots, e->gathered_rings);
@@ -162,7 +162,7 @@ static json_t *plan_json(const plan_report *r) {
     const fsdp_engine_memory *e = &p->engine;
     json_t *bytes = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
                               "master_weights", (json_int_t)e->master, "gradients", (json_int_t)e->grads,
-                              "optimizer_states", (json_int_t)e->adam, "working_copy", (json_int_t)e->working,
+                              "optimizer_states", (json_int_t)p->optimizer_states, "working_copy", (json_int_t)e->working,
                               "gathered_units", (json_int_t)e->gathered, "unit_gradient_buffers",
                               (json_int_t)e->grad_buffers, "gradient_rows", (json_int_t)e->grad_rows, "staging",
                               (json_int_t)e->staging, "activations", (json_int_t)p->activations, "step_scalars",

@@ -11,9 +11,15 @@
  *   NO_SHARD       S = 1,     R = world parameters always resident; gradients all-reduced
  *   HYBRID         S = node,  R = nodes FULL inside a node, replicas across nodes
  *
- * Memory, one allocation per class of state: master weights, gradients, Adam m, Adam v (all in the
- * master dtype, sharded: padded_numel / S per unit), the compute-dtype copy of the shard that the
- * optimizer writes and gathers send from (aliases the master when the dtypes agree), gathered units
+ * The engine owns parameters, gradients and the lifecycle only. State an optimizer keeps per element
+ * of the shards is the optimizer's own: it allocates it from the extents the engine gives
+ * (fsdp_engine_extent, fsdp_shard_view.offset) and writes the shards through the engine's update
+ * visitor (fsdp_engine_update_shards), which schedules the gathers around the update, so an
+ * optimizer needs nothing of src/shard beyond these.
+ *
+ * Memory, one allocation per class of state: master weights, gradients (both in the master dtype,
+ * sharded: padded_numel / S per unit), the compute-dtype copy of the shard that the update of the
+ * shards writes and gathers send from (aliases the master when the dtypes agree), gathered units
  * (rings of slots shared by units of equal size, at most max_live gathered at once per ring) and
  * full-unit gradient buffers in the reduce dtype (rings of max_live slots). With S == 1 the
  * compute copy of the shard IS the full working copy and nothing is gathered.
@@ -27,8 +33,8 @@
  * communicator; compute waits on events only. Calls must follow the visiting order given at
  * creation (one micro-batch), which is also what drives prefetching. A forward-only micro-batch
  * (evaluation) follows a second order, also given at creation, and releases every unit after its
- * forward; an engine made forward_only serves nothing else and holds no gradient or optimizer
- * state (`fsdp eval`). */
+ * forward; an engine made forward_only serves nothing else and holds no gradient state
+ * (`fsdp eval`). */
 #ifndef FSDP_SHARD_ENGINE_H
 #define FSDP_SHARD_ENGINE_H
 
@@ -72,8 +78,8 @@ typedef struct {
     const int *pinned;     /* per unit: 1 = once gathered, keep until its backward is done */
     const int *forward_order; /* units as a forward-only micro-batch visits them (evaluation) */
     int forward_order_len;
-    /* 1: forward-only micro-batches only: no gradient shards, Adam states, gradient buffers or rows,
-     * and no communicators but the gathers' (fsdp eval). */
+    /* 1: forward-only micro-batches only: no gradient shards, gradient buffers or rows, and no
+     * communicators but the gathers' (fsdp eval). */
     int forward_only;
     int copy_engine_gathers; /* 1: gathers on copy engines where the backend can (FSDP_COMM_COPY_ENGINES) */
     /* 1: reduce-scatters as an all-to-all on copy engines plus a local sum of the S pieces (the sum
@@ -97,7 +103,7 @@ void fsdp_strategy_groups(fsdp_strategy s, int world, int node_size, int *shard_
 typedef struct {
     int shard_size, replica_size;
     int64_t total_shard;                 /* elements of this rank's shards of all units */
-    size_t master, grads, adam, working; /* adam: first and second moments together */
+    size_t master, grads, working;
     size_t gathered;                     /* gathered units: rings of slots (S > 1) */
     size_t grad_buffers;                 /* full-unit gradient buffers in the reduce dtype */
     size_t grad_rows;                    /* every rank's gradient rows, gathered (embedding rows) */
@@ -115,11 +121,21 @@ typedef struct fsdp_engine fsdp_engine;
  * [start, start + len); elements at or past numel are padding (zero forever). Elements
  * [0, decay_len) take weight decay. */
 typedef struct {
-    void *master, *grad, *m, *v; /* master dtype */
+    void *master, *grad;         /* master dtype */
     void *working;               /* compute dtype copy of the shard (== master when aliased) */
+    int64_t offset;              /* elements of this rank's shards before this one (fsdp_shard_extent) */
     int64_t start, len, valid;   /* valid: elements < numel (checkpoints skip padding) */
     int64_t decay_len;
 } fsdp_shard_view;
+
+/* This rank's shards as a whole: the units' shards one after the other (unit u's at its view's
+ * offset), `total` elements. State kept per element of the shards (an optimizer's) is laid out
+ * alike: one allocation of `total` elements per class of state. */
+typedef struct {
+    int num_units;
+    int64_t total;
+    fsdp_dtype master_dtype, compute_dtype;
+} fsdp_shard_extent;
 
 /* Collective over world. */
 fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_topology *topo,
@@ -132,6 +148,7 @@ int fsdp_engine_shard_size(const fsdp_engine *e);
 int fsdp_engine_replica_rank(const fsdp_engine *e);
 int fsdp_engine_replica_size(const fsdp_engine *e);
 fsdp_shard_view fsdp_engine_view(const fsdp_engine *e, int unit);
+fsdp_shard_extent fsdp_engine_extent(const fsdp_engine *e);
 /* Bytes the engine holds on the device (for memory reports). */
 size_t fsdp_engine_bytes(const fsdp_engine *e);
 
@@ -175,26 +192,28 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
  * after that last use. The next fsdp_engine_begin_microbatch returns to the training order. */
 void fsdp_engine_begin_forward(fsdp_engine *e);
 
-/* ---- one optimizer step ---- */
+/* ---- one step ---- */
 /* Starts a step's gradients: every unit's shard is overwritten by its first gradient of the step. */
 void fsdp_engine_begin_step(fsdp_engine *e);
 /* Zeroes the shards of units that got no gradient this step and makes the compute stream wait for
- * every reduction of the step. */
+ * every reduction of the step. The gradient shards (views' grad) then hold the step's gradients. */
 void fsdp_engine_wait_reductions(fsdp_engine *e);
 /* *out (device fp32) = global sum of squares of the gradient shards, summed over the shard group
  * (replicas hold the same values and are not counted twice). On the compute stream. */
 void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out);
-/* After the optimizer updated unit u's shard (compute stream): if the next step opens with u, its
- * gather starts now, behind the rest of the optimizer step. */
-void fsdp_engine_unit_updated(fsdp_engine *e, int u);
-/* After the optimizer updated every shard; gathers issued later wait for it. */
-void fsdp_engine_params_updated(fsdp_engine *e);
+/* Writes one unit's shard: enqueues on the compute stream the work that updates view->master and,
+ * unless it is the master itself, view->working (from view->grad and whatever state `ctx` keeps). */
+typedef void (*fsdp_shard_update)(void *ctx, int unit, const fsdp_shard_view *view);
+/* Updates every shard: calls `update` for each unit in unit order, after the step's reductions
+ * (fsdp_engine_wait_reductions). As soon as a unit the next step opens with is written, its gather
+ * starts, behind the rest of the update; gathers issued later wait for the whole update. */
+void fsdp_engine_update_shards(fsdp_engine *e, fsdp_shard_update update, void *ctx);
 /* Copies master -> working for every unit (after initialisation or loading a checkpoint). */
 void fsdp_engine_refresh_working(fsdp_engine *e);
 
 /* Milliseconds the compute stream waited for communication since the last call (measured with
- * timing events; waits for them, so call it after the step's backward and before the optimizer
- * starts the next step's gathers). */
+ * timing events; waits for them, so call it after the step's backward and before the update of
+ * the shards starts the next step's gathers). */
 double fsdp_engine_take_comm_wait_ms(fsdp_engine *e);
 
 #endif

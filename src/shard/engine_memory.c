@@ -1,42 +1,11 @@
-/* The engine's memory without a device: the groups a strategy forms, the rings, and every buffer
- * fsdp_engine_create allocates (engine.h: fsdp_engine_memory_plan). */
+/* The engine's memory without a device: every buffer fsdp_engine_create allocates, from the groups a
+ * strategy forms and the rings (engine.h: fsdp_engine_memory_plan). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../base/error.h"
 #include "engine.h"
 #include "engine_plan.h"
-
-void fsdp_strategy_groups(fsdp_strategy s, int world, int node_size, int *shard_size, int *replica_size) {
-    switch (s) {
-    case FSDP_FULL:
-    case FSDP_SHARD_GRAD_OP: *shard_size = world, *replica_size = 1; break;
-    case FSDP_NO_SHARD: *shard_size = 1, *replica_size = world; break;
-    default: *shard_size = node_size, *replica_size = world / node_size; break;
-    }
-}
-
-int fsdp_plan_rings(const int64_t *padded, const int *pinned, int num_units, int max_live, int keep_all,
-                    fsdp_ring_shape *rings, int *which) {
-    int *count = fsdp_xcalloc((size_t)num_units, sizeof(int), "unit rings");
-    int *pins = fsdp_xcalloc((size_t)num_units, sizeof(int), "unit rings");
-    int n = 0;
-    for (int u = 0; u < num_units; u++) {
-        int r = 0;
-        while (r < n && rings[r].elems != padded[u]) r++;
-        if (r == n) rings[n++].elems = padded[u];
-        which[u] = r;
-        count[r]++;
-        pins[r] += pinned ? pinned[u] : 0;
-    }
-    for (int r = 0; r < n; r++) {
-        int cap = keep_all ? count[r] : max_live + pins[r];
-        rings[r].capacity = cap < count[r] ? cap : count[r];
-    }
-    free(count);
-    free(pins);
-    return n;
-}
 
 /* Adds one allocation of `bytes` to a class of state, as the device counts it. */
 static size_t take(fsdp_engine_memory *m, size_t *klass, fsdp_device_kind kind, size_t bytes) {
@@ -75,11 +44,7 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
     size_t shard_bytes = (size_t)out->total_shard * me;
     take(out, &out->master, kind, shard_bytes);
     int training = !opts->forward_only; /* a forward-only engine holds weights and gathered units only */
-    if (training) {
-        take(out, &out->grads, kind, shard_bytes);
-        take(out, &out->adam, kind, shard_bytes);
-        take(out, &out->adam, kind, shard_bytes);
-    }
+    if (training) take(out, &out->grads, kind, shard_bytes);
     if (opts->compute_dtype != opts->master_dtype) take(out, &out->working, kind, (size_t)out->total_shard * ce);
 
     fsdp_ring_shape *rings = fsdp_xcalloc((size_t)num_units, sizeof *rings, "unit rings");

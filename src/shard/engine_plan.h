@@ -1,6 +1,6 @@
-/* Private to the FSDP engine (engine.c, engine_memory.c): how units are padded into shards and
- * grouped into rings of slots. fsdp_engine_create builds its buffers with these, and
- * fsdp_engine_memory_plan counts the same buffers without a device. */
+/* Private to the FSDP engine (src/shard): how units are padded into shards and grouped into rings of
+ * slots (rings.c). fsdp_engine_create builds its buffers with these, and fsdp_engine_memory_plan
+ * (engine_memory.c) counts the same buffers without a device. */
 #ifndef FSDP_SHARD_ENGINE_PLAN_H
 #define FSDP_SHARD_ENGINE_PLAN_H
 

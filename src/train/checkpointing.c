@@ -1,7 +1,7 @@
-/* Between the engine's shards and the checkpoint file: shards become per-tensor pieces by
- * intersecting each rank's flat range with the parameters' offsets, so that any layout writes and
- * reads the same file. A snapshot buffer holds master weights, first and second moments of every
- * unit one after the other, in the master dtype exactly as the device holds them (the checkpoint
+/* Between the engine's shards (and the optimizer's moments of them) and the checkpoint file: shards
+ * become per-tensor pieces by intersecting each rank's flat range with the parameters' offsets, so
+ * that any layout writes and reads the same file. A snapshot buffer holds master weights, first and
+ * second moments of every unit one after the other, in the master dtype exactly as the device holds them (the checkpoint
  * writer widens bf16 to fp32 on its way to disk). Also the initial weights, computed for exactly
  * the elements a rank owns. */
 #include <math.h>
@@ -35,10 +35,11 @@ void fsdp_trainer_snapshot(fsdp_trainer *t, void *host) {
     char *out = host;
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+        fsdp_optimizer_state state = fsdp_optimizer_unit_state(t->optim, u);
         size_t bytes = (size_t)view.len * es;
         be->runtime->copy_d2h(be, out + base * es, view.master, bytes, be->compute);
-        be->runtime->copy_d2h(be, out + (total + base) * es, view.m, bytes, be->compute);
-        be->runtime->copy_d2h(be, out + (2 * total + base) * es, view.v, bytes, be->compute);
+        be->runtime->copy_d2h(be, out + (total + base) * es, state.m, bytes, be->compute);
+        be->runtime->copy_d2h(be, out + (2 * total + base) * es, state.v, bytes, be->compute);
         base += (size_t)view.len;
     }
     be->runtime->stream_synchronize(be, be->compute);
@@ -57,10 +58,11 @@ static void restore(fsdp_trainer *t, void *host) {
     }
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
+        fsdp_optimizer_state state = fsdp_optimizer_unit_state(t->optim, u);
         size_t bytes = (size_t)view.len * es;
         be->runtime->copy_h2d(be, view.master, in + base * es, bytes, be->compute);
-        be->runtime->copy_h2d(be, view.m, in + (total + base) * es, bytes, be->compute);
-        be->runtime->copy_h2d(be, view.v, in + (2 * total + base) * es, bytes, be->compute);
+        be->runtime->copy_h2d(be, state.m, in + (total + base) * es, bytes, be->compute);
+        be->runtime->copy_h2d(be, state.v, in + (2 * total + base) * es, bytes, be->compute);
         base += (size_t)view.len;
     }
     be->runtime->stream_synchronize(be, be->compute);
@@ -278,7 +280,7 @@ void fsdp_trainer_poison(fsdp_trainer *t) {
     fsdp_shard_view view = fsdp_engine_view(t->eng, 0);
     float nan_f32 = NAN;
     uint16_t nan_bf16 = fsdp_f32_to_bf16(NAN);
-    const void *nan_value = master_size(t) == 2 ? (const void *)&nan_bf16 : (const void *)&nan_f32;
-    be->runtime->copy_h2d(be, view.master, nan_value, master_size(t), be->compute);
+    be->runtime->copy_h2d(be, view.master, master_size(t) == 2 ? (const void *)&nan_bf16 : (const void *)&nan_f32, master_size(t),
+                          be->compute);
     be->runtime->stream_synchronize(be, be->compute);
 }

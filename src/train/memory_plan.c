@@ -1,9 +1,12 @@
-/* Memory plans: the per-rank sum of what the engine, the model and the backend allocate. */
+/* Memory plans: the per-rank sum of what the engine, the optimizer, the model and the backend
+ * allocate. */
 #include "memory_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "optimizer.h"
 
 void fsdp_plan_unit_order(const fsdp_model_config *cfg, const fsdp_layout *layout, int **order, int *order_len,
                           int **pinned) {
@@ -103,6 +106,9 @@ void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_opt
     fsdp_plan_shard_options(cfg, o, place->world, order, order_len, pinned, &so);
     out->embed_rows = so.rows_capacity > 0;
     fsdp_engine_memory_plan(specs, layout.num_units, &so, place->world, place->node_size, k, &out->engine);
+    /* A forward-only run (fsdp eval) has no optimizer. */
+    if (!o->forward_only)
+        out->optimizer_states = fsdp_optimizer_memory_plan(out->engine.total_shard, o->master_dtype, k);
 
     fsdp_model_shape shape = fsdp_plan_model_shape(cfg, o);
     fsdp_activation_parts *ap = &out->activation_parts;
@@ -115,7 +121,8 @@ void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_opt
     fsdp_plan_op_extent(cfg, o, out->engine.total_shard, &x);
     fsdp_device_workspace_bytes(k, &x, fsdp_device_gemm_tuning(), &out->workspace);
 
-    out->reserved = out->engine.total + out->activations + out->step_scalars + out->workspace.total;
+    out->reserved =
+        out->engine.total + out->optimizer_states + out->activations + out->step_scalars + out->workspace.total;
     out->outside = fsdp_outside_estimate(k, out->engine.communicators);
     out->total = out->reserved + out->outside;
     free(specs);
@@ -179,7 +186,8 @@ void fsdp_memory_plan_line(const fsdp_memory_plan *p, char *buf, size_t cap) {
     int n = snprintf(buf, cap,
                      "master weights %.2f + gradients %.2f + Adam m, v %.2f + working copy %.2f + gathered units %.2f + "
                      "unit gradient buffers %.2f",
-                     IN(e->master), IN(e->grads), IN(e->adam), IN(e->working), IN(e->gathered), IN(e->grad_buffers));
+                     IN(e->master), IN(e->grads), IN(p->optimizer_states), IN(e->working), IN(e->gathered),
+                     IN(e->grad_buffers));
     size_t used = n > 0 ? (size_t)n : 0;
     if (e->grad_rows && used < cap) used += (size_t)snprintf(buf + used, cap - used, " + gradient rows %.2f", IN(e->grad_rows));
     if (e->staging && used < cap) used += (size_t)snprintf(buf + used, cap - used, " + staging %.2f", IN(e->staging));

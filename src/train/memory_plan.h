@@ -1,7 +1,8 @@
 /* The memory a training run reserves per rank, without running it: the course's breakdown (master
  * weights, gradients, optimizer states, the compute-dtype working copy, gathered units, unit
  * gradient buffers, activations, workspace), computed by the functions that size the real
- * allocations: the engine's (fsdp_engine_memory_plan), the model's arena walk
+ * allocations: the engine's (fsdp_engine_memory_plan), the optimizer's (fsdp_optimizer_memory_plan),
+ * the model's arena walk
  * (fsdp_model_activation_bytes) and the backend's own buffers (fsdp_device_workspace_bytes). The
  * trainer builds its engine, model and workspace from the same helpers below (unit order, shard
  * options, op extents), so `reserved` is what the backend's max_reserved_bytes reads after a step.
@@ -29,7 +30,8 @@ typedef struct {
 } fsdp_plan_place;
 
 typedef struct {
-    fsdp_engine_memory engine;   /* master, grads, adam, working, gathered, grad_buffers, grad_rows, staging */
+    fsdp_engine_memory engine;   /* master, grads, working, gathered, grad_buffers, grad_rows, staging */
+    size_t optimizer_states;     /* the optimizer's state of the shards (Adam m and v) */
     size_t activations;          /* the model's arena: activations of one micro-batch and backward scratch */
     fsdp_activation_parts activation_parts; /* of `activations`: kept by the layers, the recomputed layer, the rest
                                                (`other` takes the allocation's rounding) */

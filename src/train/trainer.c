@@ -68,7 +68,7 @@ static int check_seq(fsdp_trainer *t, fsdp_err *err) {
                                                           "--allow-longer-seq to train on longer sequences anyway");
 }
 
-static int create_engine(fsdp_trainer *t, fsdp_err *err) {
+static int create_engine_and_optimizer(fsdp_trainer *t, fsdp_err *err) {
     fsdp_unit_spec *specs = fsdp_xmalloc((size_t)t->layout.num_units * sizeof *specs, "unit specs");
     for (int u = 0; u < t->layout.num_units; u++) {
         specs[u].numel = t->layout.units[u].numel;
@@ -79,7 +79,10 @@ static int create_engine(fsdp_trainer *t, fsdp_err *err) {
     t->embed_rows = so.rows_capacity > 0;
     t->eng = fsdp_engine_create(t->be, t->world, &t->topo, specs, t->layout.num_units, &so, err);
     free(specs);
-    return t->eng ? 0 : -1;
+    if (!t->eng) return -1;
+    /* The optimizer's state beside the engine's shards (a forward-only run has none). */
+    if (!t->opt.forward_only) t->optim = fsdp_optimizer_create(t->be, t->eng);
+    return 0;
 }
 
 /* The op scratch of a step's largest request, now (fsdp_device_op_scratch). */
@@ -127,7 +130,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     t->model = fsdp_model_create(t->be, &t->cfg, &t->layout, &shape, err);
     if (fsdp_agree(&t->world, err)) return -1;
 
-    if (create_engine(t, err)) return -1;
+    if (create_engine_and_optimizer(t, err)) return -1;
 
     if (fsdp_trainer_open_data(t, err)) return -1;
 
@@ -154,6 +157,7 @@ static void teardown(fsdp_trainer *t) {
     if (t->be) {
         t->be->runtime->stream_synchronize(t->be, t->be->compute);
         fsdp_model_destroy(t->model);
+        fsdp_optimizer_destroy(t->optim);
         fsdp_engine_destroy(t->eng);
         if (t->host_inputs) t->be->runtime->free_host(t->be, t->host_inputs);
         if (t->host_targets) t->be->runtime->free_host(t->be, t->host_targets);
@@ -309,8 +313,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     r->grad_norm = sqrt((double)t->host_scalars[SCALAR_SUMSQ]);
     r->skipped = !isfinite(r->loss) || sums[1] != 0.0;
     if (!r->skipped) {
-        fsdp_optimizer_update(be, t->eng, t->layout.num_units, o->master_dtype, o->compute_dtype, &args,
-                              (float)o->clip, &sc);
+        fsdp_optimizer_update(t->optim, t->eng, &args, (float)o->clip, &sc);
         if (fsdp_fault_poison(step)) fsdp_trainer_poison(t); /* FSDP_TEST_FAIL=...:poison */
     }
     mark(t, 0, PHASE_OPTIMIZER);

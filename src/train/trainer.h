@@ -1,5 +1,5 @@
-/* The training loop: builds the model, the backend and the FSDP engine from the options, drives the
- * unit lifecycle for every micro-batch, steps the optimizer, logs, and writes and resumes
+/* The training loop: builds the model, the backend, the FSDP engine and the optimizer from the options,
+ * drives the unit lifecycle for every micro-batch, steps the optimizer, logs, and writes and resumes
  * checkpoints. Every function here is collective over the world communicator. */
 #ifndef FSDP_TRAIN_TRAINER_H
 #define FSDP_TRAIN_TRAINER_H
@@ -13,6 +13,7 @@
 #include "../shard/engine.h"
 #include "data.h"
 #include "memory_plan.h"
+#include "optimizer.h"
 #include "options.h"
 #include "schedule.h"
 
@@ -26,6 +27,7 @@ typedef struct {
     fsdp_layout layout;
     fsdp_backend *be;
     fsdp_engine *eng;
+    fsdp_optimizer *optim; /* its state; NULL for a forward-only run */
     fsdp_model *model;
     fsdp_data data;
     fsdp_data eval_data;   /* --eval-data (opened when given) */
@@ -62,7 +64,7 @@ int fsdp_train(const fsdp_train_options *opt, fsdp_err *err);
 /* The device scalar that forward-only passes add their loss into (src/train/eval.c). */
 #define FSDP_SCALAR_EVAL_LOSS 3
 
-/* The run's set-up (t->opt, t->world set; backend, model, engine, data) and its tear-down, for
+/* The run's set-up (t->opt, t->world set; backend, model, engine, optimizer, data) and its tear-down, for
  * commands that drive the model otherwise (fsdp eval). Collective; weights are not initialised. */
 int fsdp_trainer_setup(fsdp_trainer *t, fsdp_err *err);
 void fsdp_trainer_teardown(fsdp_trainer *t);

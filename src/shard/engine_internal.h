@@ -1,0 +1,127 @@
+/* Private to the FSDP engine (the .c files of src/shard): its state, and the parts its concerns
+ * share. engine.c creates and destroys the engine and gives views of its shards; groups.c the process
+ * groups and communicators; rings.c the slot rings; lifecycle.c the unit lifecycle and the step;
+ * grad_rows.c gradient rows; wait_timing.c the measured communication waits. */
+#ifndef FSDP_SHARD_ENGINE_INTERNAL_H
+#define FSDP_SHARD_ENGINE_INTERNAL_H
+
+#include "engine.h"
+#include "engine_plan.h"
+
+/* Units of the same padded size share buffers: a ring of slots, each holding one unit at a time. */
+typedef struct {
+    int64_t elems;          /* padded unit size */
+    int capacity;
+    void *base;             /* capacity * elems elements, one allocation */
+    int *owner;             /* unit in the slot, or -1 */
+    fsdp_event **released;  /* recorded on the stream that last used the slot */
+    int *released_valid;
+} slot_ring;
+
+typedef struct {
+    int64_t numel, decay_numel, padded, shard_len, offset; /* offset: into the shard arrays */
+    int param_ring, param_slot;                            /* gathered copy, or slot -1 */
+    int gather_event;                                      /* pool index of its pending gather, or -1 */
+    int grad_ring, grad_slot;
+} unit_state;
+
+struct fsdp_engine {
+    fsdp_backend *be;
+    fsdp_shard_options opts;
+    int *order, *pinned;
+    int *forward_order, forward_len;
+    const int *active;  /* the order of the current micro-batch: order, or forward_order */
+    int active_len;
+    int forward_mode;   /* the current micro-batch is forward-only */
+    int num_units, cursor;
+    unit_state *units;
+
+    int shard_rank, shard_size, replica_rank, replica_size;
+    MPI_Comm shard_mpi, replica_mpi;
+    fsdp_comm *gather_comm, *reduce_comm, *replica_comm, *norm_comm;
+    fsdp_stream *gather_stream, *reduce_stream;
+
+    size_t me, ce, re; /* bytes per master / compute / reduce element */
+    int64_t total_shard;
+    void *master, *grad, *working;
+    slot_ring *param_rings, *grad_rings;
+    int num_param_rings, num_grad_rings;
+    fsdp_event **grad_ready;   /* per grad-ring slot, recorded on compute when its backward is done */
+    fsdp_event *updated;       /* recorded on compute after the shards were updated (fsdp_engine_update_shards) */
+    int updated_valid;
+
+    /* Timing events for the measured communication wait, reused every step. */
+    fsdp_event **pool;
+    int pool_used, pool_cap;
+    int *wait_pairs; /* (begin, end, what) per wait: pool indices; the unit gathered, or -1: reductions */
+    int num_wait_pairs, wait_pairs_cap;
+    size_t bytes;
+
+    /* Gradient rows (fsdp_engine_add_rows): every rank's rows gathered over the world. */
+    int world_size;
+    fsdp_comm *rows_comm;      /* a world communicator used on the reduce stream */
+    fsdp_comm *own_rows_comm;  /* created for it (HYBRID), else NULL: rows_comm aliases another */
+    void *rows_values;         /* world * capacity * row_len compute-dtype elements */
+    int32_t *rows_index;       /* FSDP_MAX_ROW_SETS * world * capacity */
+    size_t rows_capacity;      /* entries per rank the buffers hold */
+    int rows_len;              /* of row_len elements */
+    size_t rows_bytes;
+    fsdp_event *rows_ready, *rows_done;
+    int rows_pending;          /* rows_done recorded and not yet waited for by compute */
+
+    /* Copy-engine reductions: every rank's pieces of a unit's gradient land here (S * shard_len
+     * reduce-dtype elements of the largest unit reduced so far), then are summed locally. */
+    void *staging;
+    int64_t staging_elems;
+
+    /* Gradient shards are written, not zeroed and added to, by the first reduction of each unit in
+     * a step (written[u] = 0 until then); units nothing wrote are zeroed before the optimizer.
+     * direct_grads (one rank, no replicas, reduce dtype = master dtype): the backward accumulates
+     * straight into the shard, which then IS the unit's gradient, and no buffers are needed. */
+    unsigned char *written;
+    int direct_grads;
+    fsdp_event *step_begun; /* recorded on compute by fsdp_engine_begin_step */
+};
+
+/* ---- process groups and communicators (groups.c) ---- */
+
+/* Splits the shard and replica groups of the strategy and creates the backend communicators a
+ * training (or forward-only) engine uses. Collective over world. */
+void engine_open_groups(fsdp_engine *e, MPI_Comm world, const fsdp_topology *topo);
+/* After the memory that alloc_shared gave for them was freed. */
+void engine_close_groups(fsdp_engine *e);
+
+/* ---- slot rings (rings.c) ---- */
+
+/* The rings of the engine's units (fsdp_plan_rings), not yet allocated; which[u] gets unit u's ring. */
+int engine_build_rings(fsdp_engine *e, slot_ring **out, int *which, int keep_all);
+/* `shared_with`: the communicator whose collectives write into the ring (NULL: none). */
+void slot_ring_alloc(fsdp_engine *e, slot_ring *r, size_t esize, fsdp_comm *shared_with, const char *what);
+void slot_ring_free(fsdp_backend *be, slot_ring *r);
+void *slot_ring_slot(const slot_ring *r, int slot, size_t esize);
+/* A slot that holds no unit, or -1. */
+int slot_ring_free_slot(const slot_ring *r);
+
+/* ---- buffers sized by their first use, unless the options foresaw it ---- */
+
+/* Room for `count` gradient rows of `row_len` per rank, gathered from every rank (grad_rows.c). */
+void engine_reserve_rows(fsdp_engine *e, int count, int row_len);
+/* Room for `need` reduce-dtype elements of copy-engine reductions, collective over the shard group
+ * (lifecycle.c). */
+void engine_reserve_staging(fsdp_engine *e, int64_t need);
+
+/* ---- the gradient shards (lifecycle.c) ---- */
+
+void *engine_grad_shard(const fsdp_engine *e, const unit_state *s);
+
+/* ---- wait timing (wait_timing.c) ---- */
+
+/* A timing event of the pool; *index gets its pool index. */
+fsdp_event *engine_timing_event(fsdp_engine *e, int *index);
+/* Makes compute wait for `ready` (a pool event) and remembers the pair to measure the stall; `what`:
+ * the unit gathered, or -1 for the reductions. */
+void engine_compute_waits(fsdp_engine *e, int ready_index, int what);
+/* Destroys the pool's events. */
+void engine_free_timing(fsdp_engine *e);
+
+#endif

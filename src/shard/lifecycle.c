@@ -1,0 +1,265 @@
+/* The unit lifecycle over the backend's streams and events: gather (prefetched by the visiting
+ * order) -> compute -> reshard -> reduce-scatter into the gradient shards; and the step around it:
+ * the gradient shards of a step, and the update of the shards that starts the next step's gathers. */
+#include <string.h>
+
+#include "../base/error.h"
+#include "engine_internal.h"
+
+/* ---- gathering ---- */
+
+static int resident(const fsdp_engine *e, int u) { return e->shard_size == 1 || e->units[u].param_slot >= 0; }
+
+/* Starts the all-gather of unit u into a free slot of its ring; returns 0 when no slot is free. */
+static int start_gather(fsdp_engine *e, int u) {
+    fsdp_backend *be = e->be;
+    unit_state *s = &e->units[u];
+    slot_ring *r = &e->param_rings[s->param_ring];
+    int slot = slot_ring_free_slot(r);
+    if (slot < 0) return 0;
+    if (r->released_valid[slot]) be->runtime->stream_wait_event(be, e->gather_stream, r->released[slot]);
+    /* The shard it sends is what the last update of the shards wrote on the compute stream. */
+    if (e->updated_valid) be->runtime->stream_wait_event(be, e->gather_stream, e->updated);
+    void *dst = slot_ring_slot(r, slot, e->ce);
+    const void *src = (const char *)e->working + (size_t)s->offset * e->ce;
+    be->coll->all_gather(be, e->gather_comm, src, dst, (size_t)s->shard_len, e->opts.compute_dtype, e->gather_stream);
+    be->runtime->event_record(be, engine_timing_event(e, &s->gather_event), e->gather_stream);
+    r->owner[slot] = u;
+    s->param_slot = slot;
+    return 1;
+}
+
+static void prefetch(fsdp_engine *e) {
+    int ahead = 0;
+    for (int k = e->cursor; k < e->active_len && ahead < e->opts.prefetch; k++) {
+        int u = e->active[k];
+        ahead++;
+        if (resident(e, u)) continue;
+        if (!start_gather(e, u)) break; /* the ring is full: max_live bounds what is alive */
+    }
+}
+
+void fsdp_engine_begin_microbatch(fsdp_engine *e) {
+    if (e->opts.forward_only) fsdp_fatal("internal error: a training micro-batch on a forward-only engine");
+    e->cursor = 0;
+    e->active = e->order, e->active_len = e->opts.order_len, e->forward_mode = 0;
+    /* The last micro-batch's gradient rows are still read on the reduce stream. */
+    if (e->rows_pending) {
+        e->be->runtime->stream_wait_event(e->be, e->be->compute, e->rows_done);
+        e->rows_pending = 0;
+    }
+    if (e->shard_size > 1) prefetch(e);
+}
+
+void fsdp_engine_begin_forward(fsdp_engine *e) {
+    e->cursor = 0;
+    e->active = e->forward_order, e->active_len = e->forward_len, e->forward_mode = 1;
+    if (e->shard_size > 1) prefetch(e);
+}
+
+const void *fsdp_engine_params(fsdp_engine *e, int u) {
+    if (e->cursor >= e->active_len || e->active[e->cursor] != u)
+        fsdp_fatal("internal error: unit %d visited out of the declared %s order (position %d)", u,
+                   e->forward_mode ? "forward-only" : "training", e->cursor);
+    e->cursor++;
+    unit_state *s = &e->units[u];
+    if (e->shard_size == 1) return (const char *)e->working + (size_t)s->offset * e->ce;
+    if (s->param_slot < 0 && !start_gather(e, u))
+        fsdp_fatal("internal error: no free slot to gather unit %d (--max-live-units %d)", u, e->opts.max_live);
+    /* Each gather is waited for once: a unit kept across uses (SHARD_GRAD_OP) is already there. */
+    if (s->gather_event >= 0) {
+        engine_compute_waits(e, s->gather_event, u);
+        s->gather_event = -1;
+    }
+    prefetch(e);
+    return slot_ring_slot(&e->param_rings[s->param_ring], s->param_slot, e->ce);
+}
+
+static void release_params(fsdp_engine *e, int u) {
+    unit_state *s = &e->units[u];
+    if (e->shard_size == 1 || s->param_slot < 0) return;
+    slot_ring *r = &e->param_rings[s->param_ring];
+    e->be->runtime->event_record(e->be, r->released[s->param_slot], e->be->compute);
+    r->released_valid[s->param_slot] = 1;
+    r->owner[s->param_slot] = -1;
+    s->param_slot = -1;
+}
+
+void fsdp_engine_done_forward(fsdp_engine *e, int u) {
+    int reshard = e->opts.strategy == FSDP_FULL || e->opts.strategy == FSDP_HYBRID;
+    if (e->forward_mode || (reshard && !e->pinned[u])) release_params(e, u); /* forward-only: no backward */
+    /* Gathers held back by a full ring can start now that a slot is free. */
+    if (e->shard_size > 1) prefetch(e);
+}
+
+/* ---- gradients ---- */
+
+static int grad_slot_index(const fsdp_engine *e, int ring_index, int slot) {
+    int base = 0;
+    for (int r = 0; r < ring_index; r++) base += e->grad_rings[r].capacity;
+    return base + slot;
+}
+
+/* grad_slot of a unit whose backward writes straight into its gradient shard (direct_grads). */
+#define DIRECT_SLOT (-2)
+
+void *engine_grad_shard(const fsdp_engine *e, const unit_state *s) {
+    return (char *)e->grad + (size_t)s->offset * e->me;
+}
+
+void *fsdp_engine_grads(fsdp_engine *e, int u) {
+    fsdp_backend *be = e->be;
+    unit_state *s = &e->units[u];
+    if (e->forward_mode) fsdp_fatal("internal error: gradients of unit %d asked for in a forward-only micro-batch", u);
+    if (e->direct_grads) {
+        if (!e->written[u]) be->runtime->zero(be, engine_grad_shard(e, s), (size_t)s->shard_len * e->me, be->compute);
+        e->written[u] = 1;
+        s->grad_slot = DIRECT_SLOT;
+        return engine_grad_shard(e, s);
+    }
+    slot_ring *r = &e->grad_rings[s->grad_ring];
+    if (s->grad_slot < 0) {
+        int slot = slot_ring_free_slot(r);
+        if (slot < 0) fsdp_fatal("internal error: no free gradient buffer for unit %d", u);
+        /* The buffer's previous reduction must be finished before it is zeroed and reused. */
+        if (r->released_valid[slot]) be->runtime->stream_wait_event(be, be->compute, r->released[slot]);
+        be->runtime->zero(be, slot_ring_slot(r, slot, e->re), (size_t)r->elems * e->re, be->compute);
+        r->owner[slot] = u;
+        s->grad_slot = slot;
+    }
+    return slot_ring_slot(r, s->grad_slot, e->re);
+}
+
+void engine_reserve_staging(fsdp_engine *e, int64_t need) {
+    fsdp_backend *be = e->be;
+    if (need <= e->staging_elems) return;
+    if (e->reduce_stream) be->runtime->stream_synchronize(be, e->reduce_stream);
+    if (e->staging) {
+        be->runtime->free(be, e->staging);
+        e->bytes -= (size_t)e->staging_elems * e->re;
+    }
+    e->staging = be->coll->alloc_shared(be, e->reduce_comm, (size_t)need * e->re, "gradient staging buffer");
+    e->staging_elems = need;
+    e->bytes += (size_t)need * e->re;
+}
+
+/* The reduce-scatter of a unit's gradient buffer `buf` as an all-to-all into the staging buffer and
+ * a local sum, on the reduce stream; returns where this rank's summed piece is. */
+static char *reduce_scatter_on_copy_engines(fsdp_engine *e, const unit_state *s, char *buf) {
+    fsdp_backend *be = e->be;
+    /* Made at creation for the largest unit; collective here too (every rank reduces the same units). */
+    engine_reserve_staging(e, (int64_t)e->shard_size * s->shard_len);
+    size_t piece = (size_t)s->shard_len * e->re;
+    char *stage = e->staging;
+    be->coll->all_to_all(be, e->reduce_comm, buf, stage, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
+    for (int q = 1; q < e->shard_size; q++)
+        be->ops->accumulate(be, stage, e->opts.reduce_dtype, stage + (size_t)q * piece, e->opts.reduce_dtype,
+                            (size_t)s->shard_len, e->reduce_stream);
+    return stage;
+}
+
+void fsdp_engine_done_backward(fsdp_engine *e, int u) {
+    fsdp_backend *be = e->be;
+    unit_state *s = &e->units[u];
+    if (s->grad_slot == DIRECT_SLOT) s->grad_slot = -1; /* already in its shard */
+    if (s->grad_slot < 0) { /* no dense gradient this micro-batch (rows only, or already reduced) */
+        release_params(e, u);
+        if (e->shard_size > 1) prefetch(e);
+        return;
+    }
+    slot_ring *r = &e->grad_rings[s->grad_ring];
+    int slot = s->grad_slot;
+    char *buf = slot_ring_slot(r, slot, e->re);
+    fsdp_event *ready = e->grad_ready[grad_slot_index(e, s->grad_ring, slot)];
+
+    be->runtime->event_record(be, ready, be->compute);
+    be->runtime->stream_wait_event(be, e->reduce_stream, ready);
+    void *grad_shard = engine_grad_shard(e, s);
+    size_t n = (size_t)s->shard_len;
+    fsdp_dtype rt = e->opts.reduce_dtype, mt = e->opts.master_dtype;
+    int first = !e->written[u];
+    e->written[u] = 1;
+    if (first && e->shard_size > 1 && !e->opts.copy_engine_reductions && rt == mt) {
+        /* The first reduction of the step lands in the shard itself: no add, no zeroing. */
+        be->coll->reduce_scatter(be, e->reduce_comm, buf, grad_shard, n, rt, e->reduce_stream);
+        if (e->replica_size > 1) be->coll->all_reduce(be, e->replica_comm, grad_shard, n, rt, e->reduce_stream);
+    } else {
+        char *mine = buf;
+        if (e->shard_size > 1 && e->opts.copy_engine_reductions) {
+            mine = reduce_scatter_on_copy_engines(e, s, buf);
+        } else if (e->shard_size > 1) {
+            mine = buf + (size_t)e->shard_rank * n * e->re;
+            be->coll->reduce_scatter(be, e->reduce_comm, buf, mine, n, rt, e->reduce_stream);
+        }
+        if (e->replica_size > 1) be->coll->all_reduce(be, e->replica_comm, mine, n, rt, e->reduce_stream);
+        if (first)
+            be->ops->cast(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
+        else
+            be->ops->accumulate(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
+    }
+    be->runtime->event_record(be, r->released[slot], e->reduce_stream);
+    r->released_valid[slot] = 1;
+    r->owner[slot] = -1;
+    s->grad_slot = -1;
+    release_params(e, u);
+    if (e->shard_size > 1) prefetch(e);
+}
+
+/* ---- one step ---- */
+
+void fsdp_engine_begin_step(fsdp_engine *e) {
+    /* Lazily: each unit's first gradient overwrites its shard, the rest are zeroed at the end. */
+    memset(e->written, 0, (size_t)e->num_units);
+    e->be->runtime->event_record(e->be, e->step_begun, e->be->compute);
+}
+
+void fsdp_engine_wait_reductions(fsdp_engine *e) {
+    fsdp_backend *be = e->be;
+    /* Only once the last step's update, which read these shards on the compute stream, is done. */
+    be->runtime->stream_wait_event(be, e->reduce_stream, e->step_begun);
+    for (int u = 0; u < e->num_units; u++) {
+        if (e->written[u]) continue;
+        be->runtime->zero(be, engine_grad_shard(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
+        e->written[u] = 1;
+    }
+    int idx;
+    fsdp_event *done = engine_timing_event(e, &idx);
+    e->be->runtime->event_record(e->be, done, e->reduce_stream);
+    engine_compute_waits(e, idx, -1);
+    e->rows_pending = 0; /* behind the same wait */
+}
+
+void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out) {
+    fsdp_backend *be = e->be;
+    be->runtime->zero(be, out, sizeof(float), be->compute);
+    be->ops->sum_squares(be, out, e->grad, e->opts.master_dtype, (size_t)e->total_shard, be->compute);
+    if (e->shard_size > 1) be->coll->all_reduce(be, e->norm_comm, out, 1, FSDP_F32, be->compute);
+}
+
+/* After unit u's shard was updated (compute stream): if the next step opens with u, its gather
+ * starts now, behind the rest of the update. */
+static void unit_updated(fsdp_engine *e, int u) {
+    if (e->shard_size == 1) return;
+    e->be->runtime->event_record(e->be, e->updated, e->be->compute);
+    e->updated_valid = 1;
+    /* The next step opens with these units: gathering them now hides the gathers behind the rest
+     * of the update instead of exposing them at the start of the next step. */
+    for (int k = 0; k <= e->opts.prefetch && k < e->opts.order_len; k++)
+        if (e->order[k] == u && !resident(e, u)) start_gather(e, u);
+}
+
+void fsdp_engine_update_shards(fsdp_engine *e, fsdp_shard_update update, void *ctx) {
+    for (int u = 0; u < e->num_units; u++) {
+        fsdp_shard_view v = fsdp_engine_view(e, u);
+        update(ctx, u, &v);
+        unit_updated(e, u);
+    }
+    /* Only the gathers just started for the next step may hold a slot: every other unit was
+     * released by its backward. */
+    for (int u = 0; u < e->num_units; u++)
+        if (e->shard_size > 1 && e->units[u].param_slot >= 0 && e->units[u].gather_event < 0)
+            fsdp_fatal("internal error: unit %d still gathered at the update of the shards", u);
+    /* Gathers issued later wait for the whole update. */
+    e->be->runtime->event_record(e->be, e->updated, e->be->compute);
+    e->updated_valid = 1;
+}
