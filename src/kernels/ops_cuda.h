@@ -80,7 +80,7 @@ void fsdp_cuda_sum_squares(float *out, const void *x, fsdp_dtype t, size_t n, fl
 void fsdp_cuda_sum(float *out, const float *x, size_t n, float *scratch, cudaStream_t s);
 void fsdp_cuda_clip_scale(float *scale, const float *sumsq, float max_norm, cudaStream_t s);
 
-/* ---- residual dropout (dropout.cu; fused with the norms in rmsnorm.cu, layernorm.cu) ---- */
+/* ---- residual dropout (dropout.cu; fused with the norms in norms.cu) ---- */
 /* [N, C] tensors whose row n is position n % T of sample drop->sample_base + n / T (masks of
  * src/kernels/dropout.h). drop NULL or inactive: no mask. */
 void fsdp_cuda_residual_dropout_forward(void *out, const void *residual, const void *x, int N, int T, int C,

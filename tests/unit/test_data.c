@@ -14,17 +14,9 @@
 #include "io/tokenizer_json.h"
 #include "io/tokens.h"
 #include "train/data.h"
+#include "check.h"
 
-static int failures;
 static char dir[1024];
-
-#define CHECK(cond)                                                                                  \
-    do {                                                                                             \
-        if (!(cond)) {                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                          \
-            failures++;                                                                              \
-        }                                                                                            \
-    } while (0)
 
 enum { EOS = 2, VOCAB = 1000 };
 

@@ -1,6 +1,6 @@
 /* Checks the CUDA residual-dropout kernels against the CPU reference: the stand-alone forward and
  * backward (src/kernels/cuda/dropout.cu vs src/kernels/cpu/dropout.c) and the norms with the dropout
- * fused (rmsnorm.cu, layernorm.cu vs cpu_residual_dropout_forward then cpu_*norm_forward, and
+ * fused (norms.cu vs cpu_residual_dropout_forward then cpu_*norm_forward, and
  * cpu_*norm_backward then cpu_dropout_backward, outputs rounded where the act dtype stores them):
  *  - masks bit-identical: a probe with residual = 0 and x = 1 makes every kept element exactly
  *    1 / (1 - p) and every dropped one exactly 0, and the backward's dx is 0 exactly where the CPU

@@ -1,5 +1,5 @@
 /* Checks every CUDA kernel of src/kernels/ops_cuda.h (except attention) against its CPU reference
- * in src/kernels/ops_cpu.h, and times them: this program is also the kernels' benchmark.
+ * in src/kernels/ops_cpu.h (their timings are bench/kernels_bench.c's).
  *
  * For each op, in fp32 and bf16 activation modes (and fp32/bf16 gradient or master dtypes where the
  * op has them), at a tiny odd size (the scalar fallbacks; flat ops also on a misaligned pointer)
@@ -12,9 +12,6 @@
  *    1e-6 where it does not, bf16 mode under 1e-2 (outputs are rounded to bf16); NaN never passes;
  *  - reductions (norm weight/bias gradients, column sums, sums and sums of squares) must be
  *    bitwise identical over two runs.
- * Then each op runs at Llama-3.2-1B training shapes (bf16 activations, fp32 gradients and master
- * weights, 32768 tokens) and prints its median time over 20 runs after warm-up, with the bandwidth
- * achieved on the bytes it must move (each input read once, each output written once).
  *
  * Prints one line per check; exits 1 on any failure, 77 (skipped) without a GPU. */
 #include <math.h>
@@ -23,13 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef FSDP_HAVE_CUDA
-int main(void) {
-    printf("test_gpu_kernels: SKIPPED (built without CUDA)\n");
-    return 77;
-}
-#else
 
 #include <cuda_runtime.h>
 
@@ -663,171 +653,6 @@ static void test_clip_scale(void) {
     dfree(d);
 }
 
-/* ---- benchmark at Llama-3.2-1B training shapes -------------------------------------------------------- */
-
-static cudaEvent_t g_e0, g_e1;
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of 20 timed runs after 3 warm-up runs, in ms. */
-#define TIME_MS(stmt, out_ms)                                                                                          \
-    do {                                                                                                               \
-        float t_[20];                                                                                                  \
-        for (int w_ = 0; w_ < 3; w_++) stmt;                                                                           \
-        for (int r_ = 0; r_ < 20; r_++) {                                                                              \
-            CK(cudaEventRecord(g_e0, 0));                                                                              \
-            stmt;                                                                                                      \
-            CK(cudaEventRecord(g_e1, 0));                                                                              \
-            CK(cudaEventSynchronize(g_e1));                                                                            \
-            CK(cudaEventElapsedTime(&t_[r_], g_e0, g_e1));                                                             \
-        }                                                                                                              \
-        qsort(t_, 20, sizeof(float), cmp_float);                                                                       \
-        (out_ms) = 0.5f * (t_[9] + t_[10]);                                                                            \
-    } while (0)
-
-static void bench_line(const char *op, const char *shape, float ms, double bytes) {
-    printf("bench %-24s %-34s %9.3f ms %8.1f GB/s\n", op, shape, ms, bytes / (ms * 1e-3) / 1e9);
-    fflush(stdout);
-}
-
-/* Device buffer of n random values in (-a, a) (+ shift): a random host block repeated. */
-static float *g_block;
-#define BLOCK_N ((size_t)1 << 22)
-static void *brand(size_t n, fsdp_dtype t, float a, float shift) {
-    void *d = dmalloc(n * esz(t));
-    float *h = hmalloc(BLOCK_N);
-    for (size_t i = 0; i < BLOCK_N; i++) h[i] = g_block[i] * a + shift;
-    for (size_t o = 0; o < n; o += BLOCK_N) upload(offset(d, o, t), h, n - o < BLOCK_N ? n - o : BLOCK_N, t);
-    free(h);
-    return d;
-}
-
-static void bench(void) {
-    const fsdp_dtype A = FSDP_BF16, G = FSDP_F32;
-    const int N = 32768, C = 2048, F = 8192, V = 128256, Hq = 32, Hkv = 8, D = 64, B = 4, T = 8192;
-    const size_t nc = (size_t)N * C, nf = (size_t)N * F;
-    float ms;
-    char shape[96];
-    g_block = hmalloc(BLOCK_N);
-    for (size_t i = 0; i < BLOCK_N; i++) g_block[i] = rnd_sym(1.0f);
-    CK(cudaEventCreate(&g_e0));
-    CK(cudaEventCreate(&g_e1));
-    printf("benchmark: Llama-3.2-1B shapes, act=bf16, grads/master=f32, %d tokens\n", N);
-
-    { /* embeddings */
-        int32_t *tok = rand_tokens(N, V), *dtok = dtokens(tok, N);
-        void *wte = brand((size_t)V * C, A, 1.0f, 0.0f), *out = dmalloc(nc * 2), *dy = brand(nc, A, 1.0f, 0.0f);
-        void *dwte = brand((size_t)V * C, G, 1.0f, 0.0f);
-        snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
-        TIME_MS(fsdp_cuda_embedding_forward(out, dtok, wte, NULL, 0, N, T, C, A, 0), ms);
-        bench_line("embedding_forward", shape, ms, nc * 2.0 * 2 + N * 4.0);
-        TIME_MS(fsdp_cuda_embedding_backward(dwte, NULL, dy, dtok, -1, 0, N, T, C, A, G, 0), ms);
-        bench_line("embedding_backward", shape, ms, nc * 2.0 + nc * 4.0 * 2 + N * 4.0);
-        /* The rows path on two ranks: both ranks' rows, half of them in this rank's shard. */
-        fsdp_row_set sets[1] = {{0, dtok, 0, 1, -1}};
-        TIME_MS(fsdp_cuda_add_rows(dwte, (int64_t)V * C / 2, (int64_t)V * C / 2, sets, 1, dy, N, C, A, 0), ms);
-        bench_line("add_rows (half window)", shape, ms, nc * 2.0 + nc * 4.0 + N * 4.0);
-        free(tok);
-        dfree(dtok), dfree(wte), dfree(out), dfree(dy), dfree(dwte);
-    }
-    { /* norms */
-        void *x = brand(nc, A, 2.0f, 0.5f), *w = brand((size_t)C, A, 1.0f, 0.0f), *b = brand((size_t)C, A, 1.0f, 0.0f);
-        void *y = dmalloc(nc * 2), *dy = brand(nc, A, 1.0f, 0.0f), *dx = brand(nc, A, 1.0f, 0.0f);
-        void *dw = brand((size_t)C, G, 1.0f, 0.0f), *db = brand((size_t)C, G, 1.0f, 0.0f);
-        float *mean = dmalloc((size_t)N * 4), *rstd = dmalloc((size_t)N * 4);
-        float *scratch = dmalloc(fsdp_cuda_norm_backward_scratch(N, C));
-        snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
-        TIME_MS(fsdp_cuda_rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f, A, 0), ms);
-        bench_line("rmsnorm_forward", shape, ms, nc * 4.0 + N * 4.0);
-        TIME_MS(fsdp_cuda_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, A, G, scratch, 0), ms);
-        bench_line("rmsnorm_backward", shape, ms, nc * 8.0 + N * 4.0);
-        TIME_MS(fsdp_cuda_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f, A, 0), ms);
-        bench_line("layernorm_forward", shape, ms, nc * 4.0 + N * 8.0);
-        TIME_MS(fsdp_cuda_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, A, G, scratch, 0), ms);
-        bench_line("layernorm_backward", shape, ms, nc * 8.0 + N * 8.0);
-        dfree(x), dfree(w), dfree(b), dfree(y), dfree(dy), dfree(dx);
-        dfree(dw), dfree(db), dfree(mean), dfree(rstd), dfree(scratch);
-    }
-    { /* column sum (the bias gradient of an [N, F] output) and relu backward */
-        void *dy = brand(nf, A, 1.0f, 0.0f), *out = brand(nf, A, 1.0f, 0.0f), *db = brand((size_t)F, G, 1.0f, 0.0f);
-        float *scratch = dmalloc(fsdp_cuda_column_sum_scratch(N, F));
-        snprintf(shape, sizeof shape, "N=%d OC=%d", N, F);
-        TIME_MS(fsdp_cuda_column_sum(db, dy, N, F, A, G, scratch, 0), ms);
-        bench_line("column_sum", shape, ms, nf * 2.0);
-        snprintf(shape, sizeof shape, "n=%zu", nf);
-        TIME_MS(fsdp_cuda_relu_backward(dy, out, nf, A, 0), ms);
-        bench_line("relu_backward", shape, ms, nf * 6.0);
-        dfree(dy), dfree(out), dfree(db), dfree(scratch);
-    }
-    { /* rope */
-        size_t n = (size_t)B * T * (Hq + 2 * Hkv) * D, nqk = (size_t)B * T * (Hq + Hkv) * D;
-        void *qkv = brand(n, A, 1.0f, 0.0f);
-        float *cs = brand((size_t)T * D, G, 1.0f, 0.0f);
-        snprintf(shape, sizeof shape, "B=%d T=%d H=%d/%d D=%d", B, T, Hq, Hkv, D);
-        TIME_MS(fsdp_cuda_rope_forward(qkv, cs, B, T, Hq, Hkv, D, A, 0), ms);
-        bench_line("rope_forward", shape, ms, nqk * 4.0 + T * D * 4.0);
-        TIME_MS(fsdp_cuda_rope_backward(qkv, cs, B, T, Hq, Hkv, D, A, 0), ms);
-        bench_line("rope_backward", shape, ms, nqk * 4.0 + T * D * 4.0);
-        dfree(qkv), dfree(cs);
-    }
-    { /* swiglu */
-        void *gu = brand(2 * nf, A, 3.0f, 0.0f), *out = dmalloc(nf * 2), *dy = brand(nf, A, 1.0f, 0.0f);
-        void *dgu = dmalloc(2 * nf * 2);
-        snprintf(shape, sizeof shape, "N=%d F=%d", N, F);
-        TIME_MS(fsdp_cuda_swiglu_forward(out, gu, N, F, A, 0), ms);
-        bench_line("swiglu_forward", shape, ms, nf * 6.0);
-        TIME_MS(fsdp_cuda_swiglu_backward(dgu, dy, gu, N, F, A, 0), ms);
-        bench_line("swiglu_backward", shape, ms, nf * 10.0);
-        dfree(gu), dfree(out), dfree(dy), dfree(dgu);
-    }
-    { /* cross-entropy: a quarter of the micro-batch's rows (the bandwidth per row is what counts) */
-        int n = N / 4;
-        size_t nv = (size_t)n * V;
-        int32_t *tg = rand_tokens(n, V), *dtg = dtokens(tg, n);
-        void *x = brand(nv, A, 6.0f, 0.0f);
-        float *loss = dmalloc((size_t)n * 4);
-        snprintf(shape, sizeof shape, "n=%d V=%d", n, V);
-        TIME_MS(fsdp_cuda_cross_entropy(loss, x, dtg, n, V, 1.0f / n, A, 0), ms);
-        bench_line("cross_entropy", shape, ms, nv * 4.0 + n * 8.0);
-        free(tg);
-        dfree(dtg), dfree(x), dfree(loss);
-    }
-    { /* optimizer and utilities over a flat range */
-        size_t n = ((size_t)1 << 26) + 13;
-        fsdp_adamw_args a = {
-            .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 10};
-        void *p = brand(n, G, 1.0f, 0.0f), *g = brand(n, G, 1.0f, 0.0f), *m = brand(n, G, 0.1f, 0.0f);
-        void *v = brand(n, G, 0.01f, 0.02f), *w = dmalloc(n * 2);
-        float one = 1.0f, *dscale = dcopy(&one, 1, G), *out = dcopy(&one, 1, G);
-        float *scratch = dmalloc(fsdp_cuda_reduce_scratch(n));
-        snprintf(shape, sizeof shape, "n=%zu master=f32 work=bf16", n);
-        TIME_MS(fsdp_cuda_adamw(p, g, m, v, G, n, &a, dscale, w, A, 0), ms);
-        bench_line("adamw", shape, ms, n * 30.0);
-        snprintf(shape, sizeof shape, "n=%zu f32->bf16", n);
-        TIME_MS(fsdp_cuda_cast(w, A, p, G, n, 0), ms);
-        bench_line("cast", shape, ms, n * 6.0);
-        snprintf(shape, sizeof shape, "n=%zu f32+=f32", n);
-        TIME_MS(fsdp_cuda_accumulate(p, G, g, G, n, 0), ms);
-        bench_line("accumulate", shape, ms, n * 12.0);
-        snprintf(shape, sizeof shape, "n=%zu f32+=bf16", n);
-        TIME_MS(fsdp_cuda_accumulate(p, G, w, A, n, 0), ms);
-        bench_line("accumulate", shape, ms, n * 10.0);
-        snprintf(shape, sizeof shape, "n=%zu f32", n);
-        TIME_MS(fsdp_cuda_sum_squares(out, g, G, n, scratch, 0), ms);
-        bench_line("sum_squares", shape, ms, n * 4.0);
-        TIME_MS(fsdp_cuda_sum(out, g, n, scratch, 0), ms);
-        bench_line("sum", shape, ms, n * 4.0);
-        dfree(p), dfree(g), dfree(m), dfree(v), dfree(w);
-        dfree(dscale), dfree(out), dfree(scratch);
-    }
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    free(g_block);
-}
-
 /* ---- main ------------------------------------------------------------------------------------------------ */
 
 static int has_arg(int argc, char **argv, const char *a) {
@@ -836,19 +661,14 @@ static int has_arg(int argc, char **argv, const char *a) {
     return 0;
 }
 
-/* --small: tiny sizes only, no benchmark (fast enough for compute-sanitizer); --no-bench: checks only;
- * --bench-only: the benchmark alone. */
+/* --small: tiny sizes only (fast enough for compute-sanitizer). */
 int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("test_gpu_kernels: SKIPPED (no GPU)\n");
         return 77;
     }
-    int big = !has_arg(argc, argv, "--small"), do_bench = big && !has_arg(argc, argv, "--no-bench");
-    if (has_arg(argc, argv, "--bench-only")) {
-        bench();
-        return 0;
-    }
+    int big = !has_arg(argc, argv, "--small");
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
@@ -905,8 +725,5 @@ int main(int argc, char **argv) {
     test_clip_scale();
     CK(cudaGetLastError());
     printf("test_gpu_kernels: %d checks, %d failed\n", g_checks, g_failures);
-    if (do_bench) bench();
     return g_failures ? 1 : 0;
 }
-
-#endif

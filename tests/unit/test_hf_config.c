@@ -17,16 +17,7 @@
 #include "hf_config_samples.h"
 #include "io/hf_config.h"
 #include "model/layout.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                                  \
-    do {                                                                                             \
-        if (!(cond)) {                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                          \
-            failures++;                                                                              \
-        }                                                                                            \
-    } while (0)
+#include "check.h"
 
 static int parse(const char *text, const char *origin, fsdp_model_config *c, fsdp_err *err) {
     memset(err, 0, sizeof *err);

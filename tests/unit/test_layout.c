@@ -8,16 +8,7 @@
 #include <string.h>
 
 #include "model/layout.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                                  \
-    do {                                                                                             \
-        if (!(cond)) {                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                          \
-            failures++;                                                                              \
-        }                                                                                            \
-    } while (0)
+#include "check.h"
 
 static int is_norm(fsdp_module m) {
     return m == FSDP_MOD_NORM_ATTN || m == FSDP_MOD_NORM_MLP || m == FSDP_MOD_NORM_FINAL;

@@ -9,17 +9,9 @@
 #include <unistd.h>
 
 #include "text/tokenizer.h"
+#include "check.h"
 
-static int failures;
 static char path[1024];
-
-#define CHECK(cond)                                                                                  \
-    do {                                                                                             \
-        if (!(cond)) {                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                          \
-            failures++;                                                                              \
-        }                                                                                            \
-    } while (0)
 
 static void write_file(const char *text) {
     FILE *f = fopen(path, "w");

@@ -11,17 +11,9 @@
 #include <unistd.h>
 
 #include "io/tokens.h"
+#include "check.h"
 
-static int failures;
 static char dir[1024];
-
-#define CHECK(cond)                                                                                  \
-    do {                                                                                             \
-        if (!(cond)) {                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                          \
-            failures++;                                                                              \
-        }                                                                                            \
-    } while (0)
 
 static void path_of(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
 

@@ -1,6 +1,6 @@
 /* Residual dropout on its own, forward (out = residual + keep . x / (1 - p)) and backward
  * (dx = keep . dout / (1 - p)): the CUDA twins of src/kernels/cpu/dropout.c, with the masks of
- * src/kernels/dropout.h. The model fuses both into the norms (rmsnorm.cu, layernorm.cu); these
+ * src/kernels/dropout.h. The model fuses both into the norms (norms.cu); these
  * stand-alone passes are the unfused reference point of the benchmark and serve any residual add
  * that no norm follows.
  *

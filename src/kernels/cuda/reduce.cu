@@ -1,5 +1,5 @@
 /* Deterministic reductions: bias gradients (column sums of an [N, OC] matrix), the second pass that
- * every column sum shares (fsdp_cuda_colsum_finalize, also used by rmsnorm.cu and layernorm.cu), whole-array sums and
+ * every column sum shares (fsdp_cuda_colsum_finalize, also used by norms.cu), whole-array sums and
  * sums of squares, and the gradient-clipping coefficient.
  *
  * No atomics: each reduction runs a fixed number of blocks that depends only on the problem size,
