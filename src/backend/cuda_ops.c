@@ -139,7 +139,7 @@ static void cuda_cross_entropy(fsdp_backend *be, float *losses, void *logits, co
     fsdp_cuda_cross_entropy(losses, logits, targets, n, V, grad_scale, be->act_dtype, compute_stream(be));
 }
 
-/* ---- residual dropout (the kernels of dropout.cu and the fused norms of rmsnorm.cu / layernorm.cu) ---- */
+/* ---- residual dropout (the kernels of dropout.cu and the fused norms of norms.cu) ---- */
 
 static void cuda_residual_dropout_forward(fsdp_backend *be, void *out, const void *residual, const void *x, int N,
                                           int T, int C, const fsdp_dropout *drop) {
