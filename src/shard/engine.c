@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../base/agree.h"
 #include "../base/error.h"
 #include "../base/log.h"
 #include "engine_plan.h"
@@ -394,7 +395,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     e->updated = be->event_create(be, 0);
     e->rows_ready = be->event_create(be, 0);
     e->rows_done = be->event_create(be, 0);
-    if (fsdp_agree(&world, err)) {
+    if (fsdp_agree(world, err)) {
         fsdp_engine_destroy(e);
         return NULL;
     }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/agree.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
 #include "trainer.h"
@@ -219,7 +220,7 @@ int fsdp_fit_check_setup(fsdp_trainer *t, fsdp_err *err) {
                   be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", t->topo.rank,
                   fsdp_bytes_text((double)be->oom.bytes, b), be->oom.what, be->oom.detail, t->opt.mbs, line, adv);
     }
-    if (fsdp_agree(&t->world, err)) {
+    if (fsdp_agree(t->world, err)) {
         t->oom_at_setup = 1;
         return -1;
     }

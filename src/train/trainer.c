@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/agree.h"
 #include "../base/fault.h"
 #include "../base/files.h"
 #include "../base/log.h"
@@ -101,7 +102,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     if (o->data && strcmp(o->data, "synthetic") && !err->failed) fsdp_require_regular(o->data, "--data", err);
     fsdp_dropout_rates rates;
     if (!err->failed) fsdp_model_dropout_rates(&t->cfg, o->dropout_set, o->dropout_rate, &rates, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     fsdp_layout_build(&t->cfg, &t->layout);
     fsdp_plan_unit_order(&t->cfg, &t->layout, &t->order, &t->order_len, &t->pinned);
 
@@ -114,9 +115,9 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     bo.local_size = t->topo.local_size;
     bo.memory_limit = fsdp_fit_backend_limit(t);
     t->be = fsdp_backend_create(&bo, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     fsdp_fit_choose(t, err); /* the micro-batch of --mbs auto, the accumulation of --global-batch */
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     if (fsdp_host_memory_check(t, err)) return -1;
 
     /* From here to fsdp_fit_check_setup every rank runs to the end even when memory runs out. */
@@ -125,7 +126,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
      * engine takes the memory of the shards. */
     fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
     t->model = fsdp_model_create(t->be, &t->cfg, &t->layout, &shape, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
 
     if (create_engine(t, err)) return -1;
 
@@ -183,7 +184,7 @@ static int64_t load_step_data(fsdp_trainer *t, fsdp_err *err) {
             for (int i = 0; i < o->seq; i++) counted += t->host_targets[at + (size_t)i] >= 0;
         }
     }
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     fsdp_mpi_allreduce(&counted, 1, MPI_INT64_T, MPI_SUM, t->world, "the global token count of the step");
     return counted;
 }
@@ -507,7 +508,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
     if (fsdp_ckpt_setup(t, &resumed, err)) return -1;
     if (o->metrics && fsdp_rank() == 0 && fsdp_regular_or_absent(o->metrics, "--metrics", err) >= 0)
         t->metrics = fsdp_metrics_open(o->metrics, resumed, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
 
     describe_run(t);
     if (t->step >= o->steps) {
@@ -536,7 +537,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         report_step(t, &r, tps, avg * (o->steps - t->step), evaluated, err);
         if (fsdp_ckpt_boundary(t, &stop, err)) break;
     }
-    if (fsdp_agree(&t->world, err)) {
+    if (fsdp_agree(t->world, err)) {
         fsdp_ckpt_settle(t);
         return -1;
     }
@@ -549,7 +550,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         if (fsdp_rank() == 0 && t->metrics) fsdp_eval_record(t, &ev, err);
     }
     report_summary(t, t->step - t->first_step, timed_s, timed_steps, fsdp_now() - start, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     if (!stop) return 0;
     if (o->ckpt_dir)
         fsdp_log("stopped by %s at step %d: checkpoint %s/step-%08d.h5 written; continue with --resume auto\n",
