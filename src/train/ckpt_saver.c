@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../base/agree.h"
+#include "../base/env.h"
 #include "../base/fault.h"
 #include "../base/files.h"
 #include "../base/log.h"
@@ -196,7 +197,7 @@ static void cancel_on_exit(void *arg) {
 }
 
 static void check_stall(const fsdp_saver *s) {
-    double idle = fsdp_ckpt_idle_s(s->writer), limit = fsdp_sync_timeout_s();
+    double idle = fsdp_ckpt_idle_s(s->writer), limit = fsdp_env_sync_timeout_s();
     if (idle > limit)
         fsdp_fatal("checkpoint %s: no progress for %.0f s writing it (%.2f of %.2f GB of this rank written): the "
                    "storage has stalled; set FSDP_SYNC_TIMEOUT to wait longer",

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/env.h"
+
 void fsdp_plan_unit_order(const fsdp_model_config *cfg, const fsdp_layout *layout, int **order, int *order_len,
                           int **pinned) {
     int L = cfg->num_layers, n = 0;
@@ -113,7 +115,7 @@ void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_opt
     out->step_scalars = fsdp_device_alloc_size(k, FSDP_STEP_SCALARS * sizeof(float));
     fsdp_op_extent x;
     fsdp_plan_op_extent(cfg, o, out->engine.total_shard, &x);
-    fsdp_device_workspace_bytes(k, &x, fsdp_device_gemm_tuning(), &out->workspace);
+    fsdp_device_workspace_bytes(k, &x, fsdp_env_gemm_tune(), &out->workspace);
 
     out->reserved = out->engine.total + out->activations + out->step_scalars + out->workspace.total;
     out->outside = fsdp_outside_estimate(k, out->engine.communicators);
