@@ -20,7 +20,6 @@ void fsdp_set_rank(int rank, int world) {
     g_world = world;
 }
 int fsdp_rank(void) { return g_rank; }
-int fsdp_world(void) { return g_world; }
 
 static int vset(fsdp_err *err, int status, const char *fmt, va_list ap) {
     if (!err) return -1;

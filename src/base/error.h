@@ -33,7 +33,6 @@ int fsdp_usagef(fsdp_err *err, const char *fmt, ...) __attribute__((format(print
 /* The rank used in messages (set once MPI is up; -1 before). */
 void fsdp_set_rank(int rank, int world);
 int fsdp_rank(void);
-int fsdp_world(void);
 
 /* Prints "fsdp: rank R: <message>" to stderr, runs clean-up hooks, aborts every rank. */
 FSDP_NORETURN void fsdp_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

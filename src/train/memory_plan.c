@@ -57,7 +57,7 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
 }
 
 fsdp_model_shape fsdp_plan_model_shape(const fsdp_model_config *cfg, const fsdp_train_options *o) {
-    /* Activation recomputation is part of the shape: the arena that fsdp_model_activation_bytes
+    /* Activation recomputation is part of the shape: the arena that fsdp_model_activation_parts
      * walks keeps less, and the plans (and --mbs auto) follow. */
     fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk, {0.0f, 0.0f}, o->recompute};
     fsdp_err err = {0};
