@@ -26,7 +26,12 @@
  * optimizer. */
 enum { PHASE_START, PHASE_FORWARD, PHASE_HEAD, PHASE_BACKWARD, PHASE_REDUCED, PHASE_OPTIMIZER, PHASES };
 
-enum { SCALAR_LOSS = 0, SCALAR_SUMSQ = 1, SCALAR_CLIP = 2, NUM_SCALARS = FSDP_STEP_SCALARS };
+/* The device scalars (FSDP_STEP_SCALARS of them, as the memory plan counts): a training step's
+ * three, then the evaluation loss sum of forward-only passes (FSDP_SCALAR_EVAL_LOSS, eval.c). A step
+ * zeroes and reads back its own three only. */
+enum { SCALAR_LOSS = 0, SCALAR_SUMSQ = 1, SCALAR_CLIP = 2, STEP_OWN_SCALARS = 3 };
+_Static_assert(FSDP_SCALAR_EVAL_LOSS == STEP_OWN_SCALARS && FSDP_STEP_SCALARS == FSDP_SCALAR_EVAL_LOSS + 1,
+               "the evaluation loss follows the step's scalars, and nothing else does");
 
 /* ---- set-up ---- */
 
@@ -135,8 +140,8 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     size_t tokens = (size_t)o->grad_accum * o->mbs * o->seq;
     t->host_inputs = t->be->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
     t->host_targets = t->be->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
-    t->dev_scalars = t->be->alloc(t->be, NUM_SCALARS * sizeof(float), "step scalars");
-    t->host_scalars = t->be->alloc_host(t->be, NUM_SCALARS * sizeof(float), "step scalars");
+    t->dev_scalars = t->be->alloc(t->be, FSDP_STEP_SCALARS * sizeof(float), "step scalars");
+    t->host_scalars = t->be->alloc_host(t->be, FSDP_STEP_SCALARS * sizeof(float), "step scalars");
     for (int i = 0; i < PHASES; i++) t->phase[i] = t->be->event_create(t->be, 1);
     reserve_scratch(t);
     if (fsdp_fit_check_setup(t, err)) return -1;
@@ -286,7 +291,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     if (counted < 0) return -1;
     float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
 
-    be->zero(be, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
+    be->zero(be, t->dev_scalars, STEP_OWN_SCALARS * sizeof(float), be->compute);
     fsdp_engine_begin_step(t->eng);
     mark(t, 0, PHASE_START);
     for (int a = 0; a < o->grad_accum; a++) microbatch(t, a, grad_scale);
@@ -301,7 +306,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     /* The loss and the gradient norm are looked at before the update: a step that is not finite
      * is not applied (src/train/checkpointing.h: a poisoned model is never saved). */
     fsdp_optimizer_grad_sumsq(t->eng, &sc);
-    be->copy_d2h(be, t->host_scalars, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
+    be->copy_d2h(be, t->host_scalars, t->dev_scalars, STEP_OWN_SCALARS * sizeof(float), be->compute);
     be->stream_synchronize(be, be->compute);
     double sums[2] = {t->host_scalars[SCALAR_LOSS], isfinite(t->host_scalars[SCALAR_SUMSQ]) ? 0.0 : 1.0};
     if (fsdp_fault_nonfinite(step) & 2) sums[0] = NAN; /* FSDP_TEST_FAIL=...:nanloss */
