@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# One check-and-measure pass on a GPU host (run from the repository root, with build-gpu/ (cmake -DFSDP_CUDA=ON -DFSDP_SHARED=ON) and
-# .gpu-host/ carried along): environment, GPU unit tests, the GPU script tests, kernel and attention
-# benchmarks, and short training runs. Everything is logged under $OUT (or /tmp/fsdp-check).
-# Needs: nvidia-smi, the host's mpirun, python3 with torch (and transformers for gpu_hf_*), the
-# build in $BUILD (default build-gpu) made on the Debian machine, and .gpu-host (../shared/gpu-host).
-#   tools/device_check.sh [env|tests|scripts|train|bench] ...   (SCRIPTS="gpu_a gpu_b" picks scripts,
-#   UNIT_TESTS="test_gpu_a ..." the unit tests; default: every test_gpu_* built)
+# One check-and-measure pass on a GPU host: environment, GPU unit tests, the GPU script tests, the
+# attention benchmark, a short training run. Each step's output goes to the console, the tests' full
+# logs under OUT (default /tmp/fsdp-check).
+#
+#   BUILD=build-gpu [OUT=DIR] [SCRIPTS="gpu_a gpu_b"] tools/device_check.sh STEP...
+#   STEP: env | tests | scripts | bench | train, any of them in order (name at least one)
+#
+# What it needs:
+#  - to be run from the repository root, on a host with an NVIDIA GPU (nvidia-smi), its own CUDA,
+#    NCCL and mpirun, and python3 with torch for the gpu_* scripts (transformers for gpu_hf_*);
+#  - a CUDA build made beforehand on the Debian build machine and carried along with the tree, in the
+#    folder BUILD names (default build-gpu):
+#      cmake -S . -B build-gpu -G Ninja -DFSDP_CUDA=ON -DFSDP_SHARED=ON && cmake --build build-gpu
+#  - the runtime pack .gpu-host/ carried along too (parallel HDF5 and Jansson, which such a host
+#    lacks), made on the build machine by ../shared/gpu-host/pack.sh libjansson4 (README, "Building
+#    by hand"); the script sources .gpu-host/env.sh.
+# SCRIPTS picks the script tests of the scripts step (default every tests/scripts/gpu_*.py), UNIT_TESTS
+# the unit tests of the tests step (default every test_gpu_* built).
 set -uo pipefail
 OUT=${OUT:-/tmp/fsdp-check}
 mkdir -p "$OUT"

@@ -339,7 +339,4 @@ size_t fsdp_backend_gpu_memory(char *name, size_t name_cap);
 size_t fsdp_backend_cuda_gpu_memory(char *name, size_t name_cap);
 #endif
 
-/* Bytes of n elements of t on this backend. */
-static inline size_t fsdp_bytes(fsdp_backend *be, fsdp_dtype t, size_t n) { return n * be->runtime->dtype_size(be, t); }
-
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/env.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
 #include "cuda_internal.h"
@@ -245,7 +246,7 @@ void fsdp_cuda_wait_event(fsdp_backend *be, cudaEvent_t e, const char *what) {
                 fsdp_fatal("NCCL communicator '%s' (rank %d of %d) failed while waiting for %s: %s", c->name, c->rank,
                            c->size, what, ncclGetErrorString(async));
         }
-        if (now - start > fsdp_sync_timeout_s())
+        if (now - start > fsdp_env_sync_timeout_s())
             fsdp_fatal("no progress for %.0f s while waiting for %s: a peer rank has probably failed or stalled "
                        "(see its message, if any); set FSDP_SYNC_TIMEOUT to wait longer",
                        now - start, what);
@@ -275,7 +276,7 @@ static float cuda_event_elapsed_ms(fsdp_backend *be, fsdp_event *a, fsdp_event *
  * communicator's collectives, a per-stream NCCL_MAX_CTAS: it trades communication speed for SMs left
  * to the overlapped compute. Returns the cap for `name`, or 0 for NCCL's default. */
 static int max_ctas_for(const char *name) {
-    const char *spec = getenv("FSDP_NCCL_MAX_CTAS");
+    const char *spec = fsdp_env_nccl_max_ctas();
     if (!spec || !*spec) return 0;
     const char *p = spec;
     while (*p) {
@@ -427,8 +428,8 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     im->device = opts->local_rank % count;
     FSDP_CHECK_CUDA(cudaSetDevice(im->device));
     FSDP_CHECK_CUDA(cudaGetDeviceProperties(&im->prop, im->device));
-    (void)fsdp_sync_timeout_s(); /* a malformed FSDP_SYNC_TIMEOUT fails here, not at the first wait */
-    im->tf32 = getenv("FSDP_TF32") && atoi(getenv("FSDP_TF32")) != 0;
+    (void)fsdp_env_sync_timeout_s(); /* a malformed FSDP_SYNC_TIMEOUT fails here, not at the first wait */
+    im->tf32 = fsdp_env_tf32();
 
     be->name = "cuda";
     snprintf(be->device_name, sizeof be->device_name, "%s", im->prop.name);

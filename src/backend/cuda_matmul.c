@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/env.h"
 #include "cuda_internal.h"
 
 #define CANDIDATES 8
@@ -44,12 +45,8 @@ static cudaDataType_t cuda_type(int t) { return t == FSDP_BF16 ? CUDA_R_16BF : C
 
 void fsdp_cuda_matmul_init(fsdp_backend *be) {
     matmul_cache *mc = fsdp_xcalloc(1, sizeof *mc, "the matmul cache");
-    mc->verbose = getenv("FSDP_VERBOSE_GEMM") != NULL;
-    const char *tune_env = getenv("FSDP_GEMM_TUNE");
-    if (tune_env && strcmp(tune_env, "0") && strcmp(tune_env, "1"))
-        fsdp_fatal("FSDP_GEMM_TUNE=%s: expected 1 (time the candidates, the default) or 0 (take cuBLASLt's first)",
-                   tune_env);
-    mc->no_tuning = !fsdp_device_gemm_tuning();
+    mc->verbose = fsdp_env_verbose_gemm();
+    mc->no_tuning = !fsdp_env_gemm_tune();
     /* Now rather than at the first product that needs it, so that the first step allocates nothing. */
     if (!mc->no_tuning) mc->tune_scratch = be->runtime->alloc(be, TUNE_SCRATCH_BYTES, "matmul tuning scratch");
     cuda_of(be)->matmuls = mc;

@@ -1,7 +1,6 @@
 /* Allocation sizes of the backends, without a device (see sizes.h). */
 #include "sizes.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "../kernels/cuda_scratch.h"
@@ -43,11 +42,6 @@ size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x) {
 
 size_t fsdp_device_decode_scratch(fsdp_device_kind k, int q_heads, int head_dim, int keys) {
     return k == FSDP_DEVICE_CPU ? 0 : fsdp_cuda_decode_scratch(1, keys, q_heads, head_dim);
-}
-
-int fsdp_device_gemm_tuning(void) {
-    const char *env = getenv("FSDP_GEMM_TUNE");
-    return !(env && !strcmp(env, "0"));
 }
 
 void fsdp_device_workspace_bytes(fsdp_device_kind k, const fsdp_op_extent *x, int gemm_tuning,

@@ -62,8 +62,6 @@ typedef struct {
 } fsdp_device_workspace;
 void fsdp_device_workspace_bytes(fsdp_device_kind k, const fsdp_op_extent *x, int gemm_tuning,
                                  fsdp_device_workspace *out);
-/* 1 unless FSDP_GEMM_TUNE=0 (what the CUDA backend reads). */
-int fsdp_device_gemm_tuning(void);
 
 /* Device memory in use outside fsdp.c's allocations on a GPU running one rank with
  * `communicators` NCCL communicators: the CUDA context with the kernels and cuBLAS(Lt) loaded, and

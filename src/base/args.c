@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "decimal.h"
+
 static fsdp_arg *find(fsdp_arg_spec *spec, const char *name, size_t len) {
     for (int i = 0; i < spec->num_args; i++)
         if (strlen(spec->args[i].name) == len && !strncmp(spec->args[i].name, name, len)) return &spec->args[i];
@@ -34,25 +36,6 @@ static void choice_list(const fsdp_arg *a, char *buf, size_t cap) {
     }
 }
 
-/* Numbers on the command line are plain decimal: strtod would also take "0x10" (16), "inf", "nan"
- * and leading blanks, strtoll leading blanks; none of them is what a user means by a learning rate
- * or a step count. Integers: [+-]digits. Reals: [+-]digits[.digits][e[+-]digits], or .digits. */
-static int decimal(const char *s, int real) {
-    const char *p = s + (*s == '+' || *s == '-');
-    int digits = 0;
-    while (*p >= '0' && *p <= '9') p++, digits++;
-    if (real && *p == '.')
-        for (p++; *p >= '0' && *p <= '9'; p++) digits++;
-    if (!digits) return 0;
-    if (real && (*p == 'e' || *p == 'E')) {
-        p++;
-        p += *p == '+' || *p == '-';
-        if (!(*p >= '0' && *p <= '9')) return 0;
-        while (*p >= '0' && *p <= '9') p++;
-    }
-    return *p == 0;
-}
-
 static int set_value(fsdp_arg_spec *spec, fsdp_arg *a, const char *value, fsdp_err *err) {
     char *end = NULL;
     errno = 0;
@@ -60,7 +43,7 @@ static int set_value(fsdp_arg_spec *spec, fsdp_arg *a, const char *value, fsdp_e
     case FSDP_ARG_INT:
     case FSDP_ARG_INT64: {
         long long v = strtoll(value, &end, 10);
-        if (!decimal(value, 0) || *end || errno)
+        if (!fsdp_plain_decimal(value, 0) || *end || errno)
             return fsdp_usagef(err, "%s: --%s expects an integer, got '%s'", spec->command, a->name, value);
         if (has_range(a) && (v < (long long)a->min || v > (long long)a->max))
             return fsdp_usagef(err, "%s: --%s %lld is out of range [%.0f, %.0f]", spec->command, a->name, v, a->min,
@@ -73,7 +56,7 @@ static int set_value(fsdp_arg_spec *spec, fsdp_arg *a, const char *value, fsdp_e
     }
     case FSDP_ARG_FLOAT: {
         double v = strtod(value, &end);
-        if (!decimal(value, 1) || *end || errno || !isfinite(v))
+        if (!fsdp_plain_decimal(value, 1) || *end || errno || !isfinite(v))
             return fsdp_usagef(err, "%s: --%s expects a decimal number (like 3e-4 or 0.001), got '%s'", spec->command,
                                a->name, value);
         if (has_range(a) && (v < a->min || v > a->max))

@@ -1,7 +1,5 @@
 #include "error.h"
 
-#include "watchdog.h"
-
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,7 +20,6 @@ void fsdp_set_rank(int rank, int world) {
     g_world = world;
 }
 int fsdp_rank(void) { return g_rank; }
-int fsdp_world(void) { return g_world; }
 
 static int vset(fsdp_err *err, int status, const char *fmt, va_list ap) {
     if (!err) return -1;
@@ -72,7 +69,7 @@ static void run_cleanups(void) {
     }
 }
 
-static int mpi_is_up(void) {
+int fsdp_mpi_is_up(void) {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
@@ -91,7 +88,7 @@ void fsdp_fatal(const char *fmt, ...) {
         fprintf(stderr, "fsdp: %s\n", msg);
     fflush(stderr);
     run_cleanups();
-    if (mpi_is_up() && g_world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (fsdp_mpi_is_up() && g_world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
 
@@ -102,32 +99,13 @@ void fsdp_mpi_failed(int rc, const char *call, const char *file, int line) {
     fsdp_fatal("%s failed at %s:%d: %s", call, file, line, text);
 }
 
-int fsdp_agree(const void *mpi_comm, fsdp_err *err) {
-    if (!mpi_comm || !mpi_is_up()) return err->failed ? -1 : 0;
-    MPI_Comm comm = *(const MPI_Comm *)mpi_comm;
-    int rank, size;
-    FSDP_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-    FSDP_CHECK_MPI(MPI_Comm_size(comm, &size));
-    /* The lowest failing rank speaks for everyone. */
-    int mine = err->failed ? rank : size, first = size;
-    first = mine;
-    fsdp_mpi_allreduce(&first, 1, MPI_INT, MPI_MIN, comm, "the other ranks to agree on an error");
-    if (first == size) return 0;
-    int status = err->status;
-    FSDP_CHECK_MPI(MPI_Bcast(&status, 1, MPI_INT, first, comm));
-    FSDP_CHECK_MPI(MPI_Bcast(err->msg, (int)sizeof err->msg, MPI_CHAR, first, comm));
-    err->failed = 1;
-    err->status = status ? status : 1;
-    return -1;
-}
-
 void fsdp_exit_error(const fsdp_err *err, int every_rank) {
     if (every_rank || g_rank <= 0) {
         fprintf(stderr, "fsdp: error: %s\n", err->msg);
         fflush(stderr);
     }
     run_cleanups();
-    if (mpi_is_up()) MPI_Finalize();
+    if (fsdp_mpi_is_up()) MPI_Finalize();
     exit(err->status ? err->status : 1);
 }
 

@@ -5,8 +5,8 @@
  *    prints one line naming the rank, the call, the file and line, runs the registered clean-up hooks
  *    (temporary checkpoint files are removed) and aborts every rank so nothing hangs.
  *  - Bad input from the user (a flag, a file) is an fsdp_err returned up the stack. Callers that run
- *    on every rank agree on it collectively (fsdp_agree), so that all ranks stop together with one
- *    line on rank 0 and exit status 1 (2 for bad command-line usage). */
+ *    on every rank agree on it collectively (fsdp_agree, agree.h), so that all ranks stop together
+ *    with one line on rank 0 and exit status 1 (2 for bad command-line usage). */
 #ifndef FSDP_BASE_ERROR_H
 #define FSDP_BASE_ERROR_H
 
@@ -33,7 +33,6 @@ int fsdp_usagef(fsdp_err *err, const char *fmt, ...) __attribute__((format(print
 /* The rank used in messages (set once MPI is up; -1 before). */
 void fsdp_set_rank(int rank, int world);
 int fsdp_rank(void);
-int fsdp_world(void);
 
 /* Prints "fsdp: rank R: <message>" to stderr, runs clean-up hooks, aborts every rank. */
 FSDP_NORETURN void fsdp_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -43,10 +42,8 @@ typedef void (*fsdp_cleanup_fn)(void *arg);
 int fsdp_cleanup_push(fsdp_cleanup_fn fn, void *arg); /* returns a handle */
 void fsdp_cleanup_pop(int handle);                    /* removes without running */
 
-/* Collective over `comm` (an MPI_Comm passed as a pointer so this header needs no mpi.h): if any rank's
- * err->failed is set, every rank copies the message of the lowest failing rank into its err and returns
- * -1; otherwise returns 0. Pass NULL comm for a single process. */
-int fsdp_agree(const void *mpi_comm, fsdp_err *err);
+/* 1 while MPI is initialised and not yet finalised. */
+int fsdp_mpi_is_up(void);
 
 /* Prints "fsdp: error: <msg>" on rank 0 (or on the caller when `every_rank`), runs clean-up hooks,
  * finalizes MPI if it is up and exits with err->status. Call it on every rank after fsdp_agree. */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "error.h"
 
 typedef enum {
@@ -51,8 +52,8 @@ static void parse_mode(const char *text, const char *mode) {
 
 static void parse(void) {
     g_fault.mode = FAULT_NONE;
-    const char *text = getenv("FSDP_TEST_FAIL");
-    if (!text || !*text) return;
+    const char *text = fsdp_env_test_fail();
+    if (!text) return;
     char rank[16] = "", mode[48] = "";
     int first = -1, last = -1, used = 0;
     if (sscanf(text, "%15[a-z0-9]:%d-%d:%47[a-z@-]%n", rank, &first, &last, mode, &used) != 4) {

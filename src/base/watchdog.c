@@ -1,27 +1,11 @@
 #include "watchdog.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <time.h>
 
+#include "env.h"
 #include "error.h"
 #include "log.h"
-
-double fsdp_sync_timeout_s(void) {
-    static double cached = -1.0;
-    if (cached > 0) return cached;
-    const char *text = getenv("FSDP_SYNC_TIMEOUT");
-    cached = 600.0;
-    if (text && *text) {
-        char *end = NULL;
-        errno = 0;
-        double v = strtod(text, &end);
-        if (errno || end == text || *end || !(v > 0))
-            fsdp_fatal("FSDP_SYNC_TIMEOUT=%s is not a positive number of seconds", text);
-        cached = v;
-    }
-    return cached;
-}
 
 void fsdp_sleep_us(long us) {
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
@@ -30,7 +14,7 @@ void fsdp_sleep_us(long us) {
 }
 
 void fsdp_mpi_wait(MPI_Request *request, const char *what) {
-    double limit = fsdp_sync_timeout_s(), start = fsdp_now();
+    double limit = fsdp_env_sync_timeout_s(), start = fsdp_now();
     for (long spins = 0;; spins++) {
         int done = 0;
         FSDP_CHECK_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));

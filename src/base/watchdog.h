@@ -4,8 +4,8 @@
  * killed by a signal makes the launcher (mpirun, srun) stop the others. What neither covers is a
  * peer that is alive but makes no progress (a stalled process, a hung device): the survivors would
  * block in a collective until the job's time limit. So every wait inside the training loop polls
- * instead of blocking, and gives up after FSDP_SYNC_TIMEOUT seconds (default 600) with a fatal
- * error that names what it was waiting for. */
+ * instead of blocking, and gives up after FSDP_SYNC_TIMEOUT seconds (default 600; fsdp_env_sync_timeout_s
+ * in env.h) with a fatal error that names what it was waiting for. */
 #ifndef FSDP_BASE_WATCHDOG_H
 #define FSDP_BASE_WATCHDOG_H
 
@@ -14,10 +14,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Seconds a wait may make no progress before it is fatal: FSDP_SYNC_TIMEOUT, default 600. A value
- * that is not a positive number is fatal (naming the variable). */
-double fsdp_sync_timeout_s(void);
 
 /* Polling wait with the timeout. Spins briefly, then sleeps between polls so an oversubscribed
  * node still makes progress. `what` completes "waiting for ...". */

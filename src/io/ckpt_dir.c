@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/agree.h"
 #include "../base/files.h"
 #include "../base/watchdog.h"
 
@@ -244,7 +245,7 @@ int fsdp_ckpt_dir_check(MPI_Comm comm, const char *dir, int64_t *free_bytes, fsd
             head[1] = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize;
         if (fd >= 0) close(fd);
     }
-    if (fsdp_agree(&comm, err) == 0) {
+    if (fsdp_agree(comm, err) == 0) {
         MPI_Request req;
         FSDP_CHECK_MPI(MPI_Ibcast(head, 2, MPI_INT64_T, 0, comm, &req));
         fsdp_mpi_wait(&req, "rank 0 to check --ckpt-dir");
@@ -260,7 +261,7 @@ int fsdp_ckpt_dir_check(MPI_Comm comm, const char *dir, int64_t *free_bytes, fsd
                           dir, rank, fd < 0 ? "open" : "see", fd < 0 ? " " : "", fd < 0 ? strerror(errno) : "");
             if (fd >= 0) close(fd);
         }
-        fsdp_agree(&comm, err);
+        fsdp_agree(comm, err);
     }
     if (rank == 0) unlink(path);
     *free_bytes = head[1];

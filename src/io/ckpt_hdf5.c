@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/agree.h"
 #include "../base/files.h"
 #include "../base/watchdog.h"
 #include "ckpt_checksum.h"
@@ -29,7 +30,7 @@ void ckio_init(ckio *c, MPI_Comm comm, const char *file) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
-int ckio_agree(ckio *c) { return fsdp_agree(&c->comm, &c->err); }
+int ckio_agree(ckio *c) { return fsdp_agree(c->comm, &c->err); }
 
 int ckio_give_error(const ckio *c, fsdp_err *err) {
     if (err) *err = c->err;

@@ -139,10 +139,4 @@ void ckpt_pio_cancel(ckpt_pio *p);
 /* Waits for the workers (after cancel or done) and frees. */
 void ckpt_pio_free(ckpt_pio *p);
 
-/* FSDP_CKPT_IO: direct (the default: whole blocks with O_DIRECT where the file system allows it)
- * or buffered (everything through the page cache). */
-int ckpt_direct_io(void);
-/* Worker threads per rank: FSDP_CKPT_THREADS, default 4. */
-int ckpt_pio_threads(void);
-
 #endif

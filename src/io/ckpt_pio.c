@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/env.h"
 #include "../base/fault.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
@@ -58,12 +59,6 @@ struct ckpt_pio {
     pthread_mutex_t lock;
     fsdp_err err; /* the first failure, under lock */
 };
-
-int ckpt_pio_threads(void) {
-    const char *s = getenv("FSDP_CKPT_THREADS");
-    int n = s && *s ? atoi(s) : 4;
-    return n < 1 ? 1 : n > 64 ? 64 : n;
-}
 
 static long long now_ns(void) {
     struct timespec ts;
@@ -132,13 +127,6 @@ static int read_direct(int fd, void *buf, size_t want, int64_t at, size_t need) 
         done += (size_t)r;
     }
     return 0;
-}
-
-int ckpt_direct_io(void) {
-    const char *s = getenv("FSDP_CKPT_IO");
-    if (s && *s && strcmp(s, "direct") && strcmp(s, "buffered"))
-        fsdp_fatal("FSDP_CKPT_IO=%s: expected direct or buffered", s);
-    return !s || strcmp(s, "buffered");
 }
 
 static void bf16_to_f32(uint32_t *dst, const uint16_t *src, int64_t n) {
@@ -273,7 +261,7 @@ ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, c
                          fsdp_dtype host_dtype, int num_slots, void (*slot_label)(void *, int, char *, size_t),
                          void *slot_ctx, int fault_step) {
     ckpt_pio *p = fsdp_xcalloc(1, sizeof *p, "the checkpoint transfer");
-    p->fd = fd, p->dfd = writing ? direct_fd : -1, p->direct = !writing && ckpt_direct_io(), p->writing = writing, p->extents = extents, p->host_dtype = host_dtype;
+    p->fd = fd, p->dfd = writing ? direct_fd : -1, p->direct = !writing && fsdp_env_ckpt_direct_io(), p->writing = writing, p->extents = extents, p->host_dtype = host_dtype;
     p->num_slots = num_slots, p->slot_label = slot_label, p->slot_ctx = slot_ctx, p->fault_step = fault_step;
     snprintf(p->path, sizeof p->path, "%s", path);
     pthread_mutex_init(&p->lock, NULL);
@@ -290,7 +278,7 @@ ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, c
             p->bytes_total += c->count * 4;
         }
     atomic_store(&p->last_progress_ns, now_ns());
-    p->num_threads = ckpt_pio_threads();
+    p->num_threads = fsdp_env_ckpt_threads();
     if (p->num_threads > p->num_chunks) p->num_threads = p->num_chunks;
     if (p->num_threads == 0) {
         p->finished = 1;
@@ -319,7 +307,7 @@ int ckpt_pio_done(ckpt_pio *p, fsdp_err *err) {
 }
 
 int ckpt_pio_wait(ckpt_pio *p, fsdp_err *err) {
-    double limit = fsdp_sync_timeout_s();
+    double limit = fsdp_env_sync_timeout_s();
     while (!ckpt_pio_done(p, NULL)) {
         if (ckpt_pio_idle_s(p) > limit)
             fsdp_fatal("checkpoint %s: no progress for %.0f s %s it (%.2f of %.2f GB done): the storage has stalled; "

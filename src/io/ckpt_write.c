@@ -15,6 +15,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "../base/env.h"
 #include "../base/fault.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
@@ -274,7 +275,7 @@ fsdp_ckpt_writer *fsdp_ckpt_begin(MPI_Comm comm, const char *path, const fsdp_ck
                       "checkpoint %s: rank %d cannot open the file rank 0 created: %s (is --ckpt-dir on storage every "
                       "node shares?)",
                       w->tmp, c->rank, strerror(errno));
-        else if (num_pieces > 0 && ckpt_direct_io())
+        else if (num_pieces > 0 && fsdp_env_ckpt_direct_io())
             w->dfd = open(w->tmp, O_WRONLY | O_CLOEXEC | O_DIRECT); /* -1 where unsupported (tmpfs) */
         ckio_agree(c);
     }

@@ -1,5 +1,5 @@
 /* The model's arena: one allocation per micro-batch shape, carved by one walk that the memory plans
- * run without a device (fsdp_model_activation_bytes) and the model runs to point its tensors into
+ * run without a device (fsdp_model_activation_parts) and the model runs to point its tensors into
  * the allocation, so that a plan is the allocation to the byte. What a layer keeps depends on
  * the recomputation mode (model.h). */
 #include <string.h>
@@ -132,11 +132,6 @@ size_t fsdp_model_arena_walk(const fsdp_model_dims *d, char *base, fsdp_model *m
         parts->other = c->used - layer_bytes - recompute_bytes;
     }
     return c->used;
-}
-
-size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_model_shape *shape, size_t act_esize) {
-    fsdp_model_dims d = fsdp_model_make_dims(cfg, shape, act_esize);
-    return fsdp_model_arena_walk(&d, NULL, NULL, NULL);
 }
 
 void fsdp_model_activation_parts(const fsdp_model_config *cfg, const fsdp_model_shape *shape, size_t act_esize,

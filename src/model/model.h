@@ -63,14 +63,12 @@ typedef struct {
     fsdp_recompute recompute;   /* what a layer keeps for its backward; 0 (NONE): everything */
 } fsdp_model_shape;
 
-/* Bytes of activations and backward scratch one micro-batch needs (the arena), for memory plans. */
-size_t fsdp_model_activation_bytes(const fsdp_model_config *cfg, const fsdp_model_shape *shape, size_t act_esize);
-
-/* The arena in three parts that add up to fsdp_model_activation_bytes (each with the alignment
- * padding it carves): what the layers keep for their backward (all of them together), the one
- * layer's worth of buffers that recomputation and the forward share (0 with NONE), and the rest
- * (token ids, rotary table, the last layer's output and the final norm, the backward's scratch,
- * the LM head's logits chunk, dropout's branch buffers). */
+/* Bytes of activations and backward scratch one micro-batch needs (the arena: `total`), for memory
+ * plans, in three parts that add up to it (each with the alignment padding it carves): what the
+ * layers keep for their backward (all of them together), the one layer's worth of buffers that
+ * recomputation and the forward share (0 with NONE), and the rest (token ids, rotary table, the
+ * last layer's output and the final norm, the backward's scratch, the LM head's logits chunk,
+ * dropout's branch buffers). */
 typedef struct {
     size_t layers, recompute, other, total;
 } fsdp_activation_parts;

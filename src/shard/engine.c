@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/agree.h"
 #include "../base/error.h"
 #include "engine_internal.h"
 
@@ -115,7 +116,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     e->updated = be->runtime->event_create(be, 0);
     e->rows_ready = be->runtime->event_create(be, 0);
     e->rows_done = be->runtime->event_create(be, 0);
-    if (fsdp_agree(&world, err)) {
+    if (fsdp_agree(world, err)) {
         fsdp_engine_destroy(e);
         return NULL;
     }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../base/env.h"
 #include "../base/error.h"
 #include "../base/log.h"
 #include "engine_internal.h"
@@ -48,7 +49,7 @@ double fsdp_engine_take_comm_wait_ms(fsdp_engine *e) {
     double total = 0.0;
     /* FSDP_VERBOSE_WAITS=1: one line per step naming every wait of 0.05 ms or more (diagnostics). */
     static int verbose = -1;
-    if (verbose < 0) verbose = getenv("FSDP_VERBOSE_WAITS") && atoi(getenv("FSDP_VERBOSE_WAITS")) > 0;
+    if (verbose < 0) verbose = fsdp_env_verbose_waits();
     char detail[2048];
     size_t used = 0;
     detail[0] = 0;

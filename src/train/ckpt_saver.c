@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/agree.h"
+#include "../base/env.h"
 #include "../base/fault.h"
 #include "../base/files.h"
 #include "../base/log.h"
@@ -50,7 +52,7 @@ static int open_dir(fsdp_trainer *t, fsdp_saver *s, fsdp_err *err) {
         if (!err->failed && (s->lock = fsdp_ckpt_lock_acquire(dir, err)))
             fsdp_ckpt_remove_stale(dir, report_stale, err);
     }
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     int64_t free_bytes = 0;
     if (fsdp_ckpt_dir_check(t->world, dir, &free_bytes, err)) return -1;
     double need = (double)t->layout.total_numel * 12.0 + (1 << 20);
@@ -64,7 +66,7 @@ static int open_dir(fsdp_trainer *t, fsdp_saver *s, fsdp_err *err) {
 static int list_steps(fsdp_trainer *t, fsdp_ckpt_file **files, int *count, fsdp_err *err) {
     *files = NULL, *count = 0;
     if (fsdp_rank() == 0) fsdp_ckpt_list(t->opt.ckpt_dir, files, count, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     FSDP_CHECK_MPI(MPI_Bcast(count, 1, MPI_INT, 0, t->world));
     if (fsdp_rank() != 0) *files = fsdp_xcalloc((size_t)*count + 1, sizeof **files, "the checkpoint list");
     if (*count > 0)
@@ -123,7 +125,7 @@ static int resume(fsdp_trainer *t, fsdp_saver *s, fsdp_err *err) {
     if (strcmp(r, "auto")) return load(t, s, r, err);
     char path[4400] = "";
     int found = fsdp_rank() == 0 ? fsdp_ckpt_find_latest(t->opt.ckpt_dir, path, sizeof path, err) : 0;
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     FSDP_CHECK_MPI(MPI_Bcast(&found, 1, MPI_INT, 0, t->world));
     FSDP_CHECK_MPI(MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, t->world));
     return found ? load(t, s, path, err) : resume_newest(t, s, err);
@@ -157,7 +159,7 @@ static int claim_fresh(fsdp_trainer *t, fsdp_err *err) {
         }
         free(files);
     }
-    return fsdp_agree(&t->world, err);
+    return fsdp_agree(t->world, err);
 }
 
 int fsdp_ckpt_setup(fsdp_trainer *t, int *resumed, fsdp_err *err) {
@@ -177,7 +179,7 @@ int fsdp_ckpt_setup(fsdp_trainer *t, int *resumed, fsdp_err *err) {
         s->pieces = fsdp_trainer_pieces(t, s->snapshot, 1, &s->num_pieces);
     }
     int r = resume(t, s, err);
-    if (r < 0 || fsdp_agree(&t->world, err)) return -1;
+    if (r < 0 || fsdp_agree(t->world, err)) return -1;
     *resumed = r > 0;
     if (!*resumed && t->opt.ckpt_dir && claim_fresh(t, err)) return -1;
     if (*resumed) return 0;
@@ -195,7 +197,7 @@ static void cancel_on_exit(void *arg) {
 }
 
 static void check_stall(const fsdp_saver *s) {
-    double idle = fsdp_ckpt_idle_s(s->writer), limit = fsdp_sync_timeout_s();
+    double idle = fsdp_ckpt_idle_s(s->writer), limit = fsdp_env_sync_timeout_s();
     if (idle > limit)
         fsdp_fatal("checkpoint %s: no progress for %.0f s writing it (%.2f of %.2f GB of this rank written): the "
                    "storage has stalled; set FSDP_SYNC_TIMEOUT to wait longer",
@@ -227,7 +229,7 @@ static int finish_save(fsdp_trainer *t, fsdp_saver *s, fsdp_err *err) {
         fsdp_fault_ckpt(s->writer_step, FSDP_CKPT_AT_LATEST);
         if (fsdp_ckpt_set_latest(t->opt.ckpt_dir, s->name, err) == 0) fsdp_ckpt_prune(t->opt.ckpt_dir, t->opt.keep, err);
     }
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     double gb = (double)t->layout.total_numel * 12.0 / 1e9;
     fsdp_log("checkpoint: step %d written to %s: %.*f %s in %.2f s (%.2f GB/s); training paused %.2f s for it\n",
              s->writer_step, s->path, gb < 1 ? 1 : 2, gb < 1 ? gb * 1e3 : gb, gb < 1 ? "MB" : "GB", write_s,

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/agree.h"
 #include "trainer.h"
 
 static int open_one(fsdp_trainer *t, fsdp_data *d, const char *path, const char *flag, int eval, fsdp_err *err) {
@@ -29,11 +30,11 @@ int fsdp_trainer_open_data(fsdp_trainer *t, fsdp_err *err) {
         fsdp_usagef(err, "--eval-data needs a token file (the validation split of fsdp prepare), not synthetic data");
     else if (open_one(t, &t->data, o->data, "--data", o->forward_only, err) == 0 && o->eval_data)
         open_one(t, &t->eval_data, o->eval_data, "--eval-data", 1, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     if (o->epochs > 0) {
         uint64_t global = (uint64_t)o->mbs * (uint64_t)o->grad_accum * (uint64_t)t->topo.world;
         fsdp_data_epoch_steps(&t->data, o->epochs, global, &t->opt.steps, err);
-        if (fsdp_agree(&t->world, err)) return -1;
+        if (fsdp_agree(t->world, err)) return -1;
     }
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/agree.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
 #include "../io/checkpoint.h"
@@ -61,7 +62,7 @@ static int run_batches(fsdp_trainer *t, fsdp_data *data, double *loss, int64_t *
     double start = fsdp_now(), last = start;
     for (uint64_t a = 0; a < batches; a++) {
         int64_t c = load(t, data, a, err);
-        if (fsdp_agree(&t->world, err)) return -1;
+        if (fsdp_agree(t->world, err)) return -1;
         be->runtime->zero(be, loss_dev, sizeof(float), be->compute);
         forward(t, loss_dev);
         be->runtime->copy_d2h(be, t->host_scalars + FSDP_SCALAR_EVAL_LOSS, loss_dev, sizeof(float), be->compute);
@@ -133,7 +134,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
     if (fsdp_trainer_setup(t, err) || checkpoint_step(t, err) || fsdp_trainer_init_from(t, err)) return -1;
     if (o->metrics && fsdp_rank() == 0) t->metrics = fsdp_metrics_open(o->metrics, 1, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     char model[256], data[1024];
     fsdp_model_config_describe(&t->cfg, model, sizeof model);
     fsdp_data_describe(&t->data, data, sizeof data);
@@ -146,7 +147,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
     if (fsdp_evaluate(t, &t->data, &r, err)) return -1;
     fsdp_eval_log(t, "eval", &r);
     fsdp_eval_record(t, &r, err);
-    return fsdp_agree(&t->world, err);
+    return fsdp_agree(t->world, err);
 }
 
 int fsdp_eval_run(const fsdp_train_options *o, fsdp_err *err) {

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/agree.h"
 #include "../base/fault.h"
 #include "../base/log.h"
 #include "../io/checkpoint.h"
@@ -67,7 +68,7 @@ static int open_source(MPI_Comm comm, const fsdp_export_options *o, source *s, f
     memset(s, 0, sizeof *s);
     s->seed = o->seed;
     resolve(o, s, err);
-    if (fsdp_agree(&comm, err)) return -1;
+    if (fsdp_agree(comm, err)) return -1;
     if (s->kind == SRC_CHECKPOINT) {
         fsdp_ckpt_meta meta;
         memset(&meta, 0, sizeof meta);
@@ -75,12 +76,12 @@ static int open_source(MPI_Comm comm, const fsdp_export_options *o, source *s, f
         if (!meta.config_json || fsdp_hf_config_parse(meta.config_json, strlen(meta.config_json), s->path, &s->cfg, err))
             fsdp_errf(err, "%s: the checkpoint's model config cannot be read (%s)", s->path, err->msg);
         fsdp_ckpt_meta_free(&meta);
-        if (fsdp_agree(&comm, err)) return -1;
+        if (fsdp_agree(comm, err)) return -1;
     }
     fsdp_layout_build(&s->cfg, &s->layout);
     if (s->kind == SRC_HF) {
         int rc = fsdp_hf_weights_open(s->path, &s->cfg, &s->layout, &s->hf, err);
-        if (fsdp_agree(&comm, err)) {
+        if (fsdp_agree(comm, err)) {
             if (rc == 0) fsdp_hf_weights_close(&s->hf);
             fsdp_layout_free(&s->layout);
             return -1;
@@ -320,7 +321,7 @@ static int write_all(MPI_Comm comm, source *s, const fsdp_st_plan *plan, fsdp_st
             if (items[slot][i].count > 0) fsdp_fault_point(++pieces_done); /* FSDP_TEST_FAIL counts pieces here */
         read_round(comm, s, items[slot], n, err);
         writer_error(&wt, err);
-        if ((rc = fsdp_agree(&comm, err)) != 0) break;
+        if ((rc = fsdp_agree(comm, err)) != 0) break;
         for (int i = 0; i < n; i++)
             fsdp_st_encode(plan, items[slot][i].values, items[slot][i].count, bytes[slot] + items[slot][i].at);
         submit(&wt, items[slot], n, bytes[slot]);
@@ -351,7 +352,7 @@ int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
     if (open_source(comm, o, &s, err)) return -1;
     int created = 0;
     if (rank == 0) prepare_out(o, &s, &created, err);
-    if (fsdp_agree(&comm, err)) {
+    if (fsdp_agree(comm, err)) {
         close_source(&s);
         return -1;
     }
@@ -375,15 +376,15 @@ int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
     }
     fsdp_st_writer w;
     memset(&w, 0, sizeof w);
-    if (fsdp_agree(&comm, err) == 0) {
+    if (fsdp_agree(comm, err) == 0) {
         fsdp_st_writer_open(&w, o->out, &plan, err);
-        if (fsdp_agree(&comm, err) == 0) write_all(comm, &s, &plan, &w, err);
+        if (fsdp_agree(comm, err) == 0) write_all(comm, &s, &plan, &w, err);
     }
     if (w.fds) fsdp_st_writer_close(&w, !err->failed, err);
-    if (fsdp_agree(&comm, err) == 0 && rank == 0) {
+    if (fsdp_agree(comm, err) == 0 && rank == 0) {
         if (fsdp_st_publish(o->out, &plan, err) == 0) fsdp_hf_publish_configs(o->out, err);
     }
-    int rc = fsdp_agree(&comm, err);
+    int rc = fsdp_agree(comm, err);
     if (rank == 0) {
         fsdp_cleanup_pop(hook);
         if (rc) {

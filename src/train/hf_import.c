@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "../base/agree.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
 #include "../io/checkpoint.h"
@@ -163,7 +164,7 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
     const fsdp_layout *l = &t->layout;
     fsdp_hf_weights w;
     int rc = fsdp_hf_weights_open(p->path, &t->cfg, l, &w, err);
-    if (fsdp_agree(&t->world, err)) {
+    if (fsdp_agree(t->world, err)) {
         if (rc == 0) fsdp_hf_weights_close(&w);
         return -1;
     }
@@ -190,7 +191,7 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
     char what[160];
     fsdp_hf_weights_describe(&w, what, sizeof what);
     fsdp_hf_weights_close(&w);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     summary(p, what);
     return 0;
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/agree.h"
 #include "../base/watchdog.h"
 #include "checkpointing.h"
 
@@ -96,5 +97,5 @@ int fsdp_host_memory_check(fsdp_trainer *t, fsdp_err *err) {
                   on_gpu ? "use more nodes, or no --ckpt-dir"
                          : "lower --mbs or --seq, use --strategy FULL, or more nodes");
     }
-    return fsdp_agree(&t->world, err);
+    return fsdp_agree(t->world, err);
 }

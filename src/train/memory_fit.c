@@ -10,20 +10,18 @@
  * with the plan and what would fit, then every rank stops. */
 #include <mpi.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "../base/agree.h"
+#include "../base/env.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
 #include "trainer.h"
 
 size_t fsdp_fit_backend_limit(const fsdp_trainer *t) {
-    const char *hook = getenv("FSDP_TEST_MEMORY_LIMIT");
-    if (!hook || !*hook) return t->opt.memory_limit;
-    int rank = -1, used = 0;
+    int rank = -1;
     double gib = 0.0;
-    if (sscanf(hook, "%d:%lf%n", &rank, &gib, &used) != 2 || hook[used] || rank < 0 || gib <= 0.0)
-        fsdp_fatal("FSDP_TEST_MEMORY_LIMIT=%s: expected RANK:GIB (a test hook)", hook);
+    if (!fsdp_env_test_memory_limit(&rank, &gib)) return t->opt.memory_limit;
     return rank == t->topo.rank ? (size_t)(gib * (double)(1u << 30)) : t->opt.memory_limit;
 }
 
@@ -219,7 +217,7 @@ int fsdp_fit_check_setup(fsdp_trainer *t, fsdp_err *err) {
                   be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", t->topo.rank,
                   fsdp_bytes_text((double)be->oom.bytes, b), be->oom.what, be->oom.detail, t->opt.mbs, line, adv);
     }
-    if (fsdp_agree(&t->world, err)) {
+    if (fsdp_agree(t->world, err)) {
         t->oom_at_setup = 1;
         return -1;
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "optimizer.h"
+#include "../base/env.h"
 
 void fsdp_plan_unit_order(const fsdp_model_config *cfg, const fsdp_layout *layout, int **order, int *order_len,
                           int **pinned) {
@@ -58,7 +59,7 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
 }
 
 fsdp_model_shape fsdp_plan_model_shape(const fsdp_model_config *cfg, const fsdp_train_options *o) {
-    /* Activation recomputation is part of the shape: the arena that fsdp_model_activation_bytes
+    /* Activation recomputation is part of the shape: the arena that fsdp_model_activation_parts
      * walks keeps less, and the plans (and --mbs auto) follow. */
     fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk, {0.0f, 0.0f}, o->recompute};
     fsdp_err err = {0};
@@ -119,7 +120,7 @@ void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_opt
     out->step_scalars = fsdp_device_alloc_size(k, FSDP_STEP_SCALARS * sizeof(float));
     fsdp_op_extent x;
     fsdp_plan_op_extent(cfg, o, out->engine.total_shard, &x);
-    fsdp_device_workspace_bytes(k, &x, fsdp_device_gemm_tuning(), &out->workspace);
+    fsdp_device_workspace_bytes(k, &x, fsdp_env_gemm_tune(), &out->workspace);
 
     out->reserved =
         out->engine.total + out->optimizer_states + out->activations + out->step_scalars + out->workspace.total;

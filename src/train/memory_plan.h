@@ -2,8 +2,8 @@
  * weights, gradients, optimizer states, the compute-dtype working copy, gathered units, unit
  * gradient buffers, activations, workspace), computed by the functions that size the real
  * allocations: the engine's (fsdp_engine_memory_plan), the optimizer's (fsdp_optimizer_memory_plan),
- * the model's arena walk
- * (fsdp_model_activation_bytes) and the backend's own buffers (fsdp_device_workspace_bytes). The
+ * the model's arena walk (fsdp_model_activation_parts) and the backend's own buffers
+ * (fsdp_device_workspace_bytes). The
  * trainer builds its engine, model and workspace from the same helpers below (unit order, shard
  * options, op extents), so `reserved` is what the backend's max_reserved_bytes reads after a step.
  *

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/agree.h"
 #include "../base/fault.h"
 #include "../base/files.h"
 #include "../base/log.h"
@@ -25,7 +26,12 @@
  * optimizer. */
 enum { PHASE_START, PHASE_FORWARD, PHASE_HEAD, PHASE_BACKWARD, PHASE_REDUCED, PHASE_OPTIMIZER, PHASES };
 
-enum { SCALAR_LOSS = 0, SCALAR_SUMSQ = 1, SCALAR_CLIP = 2, NUM_SCALARS = FSDP_STEP_SCALARS };
+/* The device scalars (FSDP_STEP_SCALARS of them, as the memory plan counts): a training step's
+ * three, then the evaluation loss sum of forward-only passes (FSDP_SCALAR_EVAL_LOSS, eval.c). A step
+ * zeroes and reads back its own three only. */
+enum { SCALAR_LOSS = 0, SCALAR_SUMSQ = 1, SCALAR_CLIP = 2, STEP_OWN_SCALARS = 3 };
+_Static_assert(FSDP_SCALAR_EVAL_LOSS == STEP_OWN_SCALARS && FSDP_STEP_SCALARS == FSDP_SCALAR_EVAL_LOSS + 1,
+               "the evaluation loss follows the step's scalars, and nothing else does");
 
 /* ---- set-up ---- */
 
@@ -104,7 +110,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     if (o->data && strcmp(o->data, "synthetic") && !err->failed) fsdp_require_regular(o->data, "--data", err);
     fsdp_dropout_rates rates;
     if (!err->failed) fsdp_model_dropout_rates(&t->cfg, o->dropout_set, o->dropout_rate, &rates, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     fsdp_layout_build(&t->cfg, &t->layout);
     fsdp_plan_unit_order(&t->cfg, &t->layout, &t->order, &t->order_len, &t->pinned);
 
@@ -117,9 +123,9 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     bo.local_size = t->topo.local_size;
     bo.memory_limit = fsdp_fit_backend_limit(t);
     t->be = fsdp_backend_create(&bo, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     fsdp_fit_choose(t, err); /* the micro-batch of --mbs auto, the accumulation of --global-batch */
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     if (fsdp_host_memory_check(t, err)) return -1;
 
     /* From here to fsdp_fit_check_setup every rank runs to the end even when memory runs out. */
@@ -128,7 +134,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
      * engine takes the memory of the shards. */
     fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
     t->model = fsdp_model_create(t->be, &t->cfg, &t->layout, &shape, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
 
     if (create_engine_and_optimizer(t, err)) return -1;
 
@@ -137,8 +143,8 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     size_t tokens = (size_t)o->grad_accum * o->mbs * o->seq;
     t->host_inputs = t->be->runtime->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
     t->host_targets = t->be->runtime->alloc_host(t->be, tokens * sizeof(int32_t), "token staging");
-    t->dev_scalars = t->be->runtime->alloc(t->be, NUM_SCALARS * sizeof(float), "step scalars");
-    t->host_scalars = t->be->runtime->alloc_host(t->be, NUM_SCALARS * sizeof(float), "step scalars");
+    t->dev_scalars = t->be->runtime->alloc(t->be, FSDP_STEP_SCALARS * sizeof(float), "step scalars");
+    t->host_scalars = t->be->runtime->alloc_host(t->be, FSDP_STEP_SCALARS * sizeof(float), "step scalars");
     for (int i = 0; i < PHASES; i++) t->phase[i] = t->be->runtime->event_create(t->be, 1);
     reserve_scratch(t);
     if (fsdp_fit_check_setup(t, err)) return -1;
@@ -187,7 +193,7 @@ static int64_t load_step_data(fsdp_trainer *t, fsdp_err *err) {
             for (int i = 0; i < o->seq; i++) counted += t->host_targets[at + (size_t)i] >= 0;
         }
     }
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     fsdp_mpi_allreduce(&counted, 1, MPI_INT64_T, MPI_SUM, t->world, "the global token count of the step");
     return counted;
 }
@@ -289,7 +295,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     if (counted < 0) return -1;
     float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
 
-    be->runtime->zero(be, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
+    be->runtime->zero(be, t->dev_scalars, STEP_OWN_SCALARS * sizeof(float), be->compute);
     fsdp_engine_begin_step(t->eng);
     mark(t, 0, PHASE_START);
     for (int a = 0; a < o->grad_accum; a++) microbatch(t, a, grad_scale);
@@ -304,7 +310,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     /* The loss and the gradient norm are looked at before the update: a step that is not finite
      * is not applied (src/train/checkpointing.h: a poisoned model is never saved). */
     fsdp_optimizer_grad_sumsq(t->eng, &sc);
-    be->runtime->copy_d2h(be, t->host_scalars, t->dev_scalars, NUM_SCALARS * sizeof(float), be->compute);
+    be->runtime->copy_d2h(be, t->host_scalars, t->dev_scalars, STEP_OWN_SCALARS * sizeof(float), be->compute);
     be->runtime->stream_synchronize(be, be->compute);
     double sums[2] = {t->host_scalars[SCALAR_LOSS], isfinite(t->host_scalars[SCALAR_SUMSQ]) ? 0.0 : 1.0};
     if (fsdp_fault_nonfinite(step) & 2) sums[0] = NAN; /* FSDP_TEST_FAIL=...:nanloss */
@@ -511,7 +517,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
     if (fsdp_ckpt_setup(t, &resumed, err)) return -1;
     if (o->metrics && fsdp_rank() == 0 && fsdp_regular_or_absent(o->metrics, "--metrics", err) >= 0)
         t->metrics = fsdp_metrics_open(o->metrics, resumed, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
 
     describe_run(t);
     if (t->step >= o->steps) {
@@ -540,7 +546,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         report_step(t, &r, tps, avg * (o->steps - t->step), evaluated, err);
         if (fsdp_ckpt_boundary(t, &stop, err)) break;
     }
-    if (fsdp_agree(&t->world, err)) {
+    if (fsdp_agree(t->world, err)) {
         fsdp_ckpt_settle(t);
         return -1;
     }
@@ -553,7 +559,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         if (fsdp_rank() == 0 && t->metrics) fsdp_eval_record(t, &ev, err);
     }
     report_summary(t, t->step - t->first_step, timed_s, timed_steps, fsdp_now() - start, err);
-    if (fsdp_agree(&t->world, err)) return -1;
+    if (fsdp_agree(t->world, err)) return -1;
     if (!stop) return 0;
     if (o->ckpt_dir)
         fsdp_log("stopped by %s at step %d: checkpoint %s/step-%08d.h5 written; continue with --resume auto\n",

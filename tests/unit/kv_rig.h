@@ -72,7 +72,7 @@ static void rig_setup(kv_rig *r, const char *kind, const char *model, fsdp_dtype
     fsdp_backend *be = r->be;
     for (int u = 0; u < U; u++) {
         size_t n = (size_t)r->layout.units[u].numel;
-        r->units[u] = be->runtime->alloc(be, fsdp_bytes(be, act, n), "weights");
+        r->units[u] = be->runtime->alloc(be, n * be->runtime->dtype_size(be, act), "weights");
         if (be->runtime->dtype_size(be, act) == sizeof(float)) {
             be->runtime->copy_h2d(be, r->units[u], r->host[u], n * sizeof(float), be->compute);
         } else {
@@ -114,7 +114,7 @@ static void rig_training_logits(kv_rig *r, const int32_t *tokens, int T, float *
     size_t V = (size_t)r->cfg.vocab_size;
     void **grads = calloc((size_t)U, sizeof *grads);
     for (int u = 0; u < U; u++)
-        grads[u] = be->runtime->alloc(be, fsdp_bytes(be, be->grad_dtype, (size_t)r->layout.units[u].numel), "grads");
+        grads[u] = be->runtime->alloc(be, (size_t)r->layout.units[u].numel * be->runtime->dtype_size(be, be->grad_dtype), "grads");
     int32_t *targets = malloc((size_t)T * sizeof(int32_t));
     for (int t = 0; t < T; t++) targets[t] = -1;
     be->runtime->copy_h2d(be, fsdp_model_tokens(m), tokens, (size_t)T * sizeof(int32_t), be->compute);

@@ -146,7 +146,9 @@ static void rc_run(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_la
     free(s);
     out->grads = calloc((size_t)U, sizeof(float *));
     for (int u = 0; u < U; u++) out->grads[u] = rc_to_host(be, grads[u], (size_t)l->units[u].numel, be->grad_dtype);
-    out->arena = fsdp_model_activation_bytes(cfg, &shape, be->runtime->dtype_size(be, be->act_dtype));
+    fsdp_activation_parts parts;
+    fsdp_model_activation_parts(cfg, &shape, be->runtime->dtype_size(be, be->act_dtype), &parts);
+    out->arena = parts.total;
     for (int u = 0; u < U; u++) be->runtime->free(be, params[u]), be->runtime->free(be, grads[u]);
     be->runtime->free(be, sums);
     free(params), free(grads);
