@@ -1,6 +1,6 @@
 # jobs/common.sh: sourced by the job scripts of fsdp.c (train.slurm, ladder.slurm, strategies.slurm,
-# report.slurm, scaling.sh, finetune.slurm). It gives them the course's variables with their defaults, the environment
-# of the ranks, the launch line (one MPI rank per GPU: `srun --mpi=pmix` inside a SLURM job, `mpirun`
+# report.slurm, scaling.sh, finetune.slurm). It gives them the course's variables with their defaults, the
+# environment of the ranks, the launch line (one MPI rank per GPU: `srun --mpi=pmix` inside a SLURM job, `mpirun`
 # outside one), and fsdp_run, which runs one configuration into its own folder of the results.
 #
 # Variables (set them in the environment before sbatch, which passes it on, or with --export):
