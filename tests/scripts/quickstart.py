@@ -127,7 +127,7 @@ t.check(m and abs(float(m.group(1)) - resumed) < 0.05, "fsdp eval --init-from th
         "training" % (m and m.group(1), resumed))
 
 # ---- where everything is
-for line in p.stdout.splitlines():
+for line in p.stdout[p.stdout.rindex("== done in"):].splitlines():
     if re.match(r"^(data|model|checkpoints|logs|samples|export): ", line):
         for path in re.findall(r"(/\S+?)[,;)]?(?=\s|$)", line):
             t.check(os.path.exists(path), "the summary's %s exists" % path)
