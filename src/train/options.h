@@ -52,6 +52,7 @@ typedef struct {
     double epochs;              /* --epochs: steps = passes over the data / global batch (0 = --steps) */
     const char *eval_data;      /* --eval-data FILE: validation loss during training, or NULL */
     int eval_every;             /* evaluate every N steps (0 = only at the end of the run) */
+    int unigram_baseline;       /* --unigram-baseline: print eval_data's unigram loss (unigram.h) at the start */
     int forward_only;           /* fsdp eval: no gradients or optimizer states; --data is evaluated */
     /* checkpoints and output */
     const char *ckpt_dir;

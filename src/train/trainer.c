@@ -19,6 +19,7 @@
 #include "checkpointing.h"
 #include "optimizer.h"
 #include "preemption.h"
+#include "unigram.h"
 
 /* Where a step's time goes, from events on the compute stream (waits for communication included):
  * the first micro-batch's forward through the blocks, LM head (loss and its backward), backward
@@ -489,6 +490,20 @@ static void describe_run(fsdp_trainer *t) {
              fsdp_gib(t->be->reserved_bytes));
 }
 
+/* --unigram-baseline: rank 0 counts, every rank learns whether it worked. */
+static int describe_unigram_baseline(fsdp_trainer *t, fsdp_err *err) {
+    if (t->data.synthetic)
+        fsdp_usagef(err, "--unigram-baseline needs a token file as --data (its token frequencies), not synthetic data");
+    else if (fsdp_rank() == 0) {
+        fsdp_unigram_result u;
+        if (fsdp_unigram_baseline(&t->data, &t->eval_data, t->cfg.vocab_size, &u, err) == 0)
+            fsdp_log("unigram baseline: eval loss %.4f | eval ppl %.2f | over %lld eval tokens, from the token "
+                     "frequencies of %lld training targets (add-one smoothed; %lld eval tokens unseen in training)\n",
+                     u.loss, u.ppl, (long long)u.eval_tokens, (long long)u.train_tokens, (long long)u.unseen);
+    }
+    return fsdp_agree(t->world, err);
+}
+
 /* ---- the run ---- */
 
 /* Sets the run up; under --mbs auto, a set-up that ran out of memory on some rank is torn down and
@@ -520,6 +535,15 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
     if (fsdp_agree(t->world, err)) return -1;
 
     describe_run(t);
+    if (o->unigram_baseline && describe_unigram_baseline(t, err)) return -1;
+    if (t->step >= o->steps && !resumed && o->ckpt_dir) {
+        /* --steps 0 on a fresh run: the initial weights as a checkpoint of step 0 (what the model
+         * writes or scores before any training; --resume auto trains on from it). */
+        int stop = 0;
+        if (fsdp_ckpt_boundary(t, &stop, err)) return -1;
+        fsdp_log("no steps to train: the initial weights are checkpoint %s/step-%08d.h5\n", o->ckpt_dir, t->step);
+        return 0;
+    }
     if (t->step >= o->steps) {
         fsdp_log("nothing to do: the run is at step %d and --steps is %d\n", t->step, o->steps);
         return 0;

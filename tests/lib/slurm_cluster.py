@@ -165,11 +165,12 @@ class SlurmCluster:
 
     # ---- jobs ----
 
-    def sbatch(self, script, args=(), env=None, cwd=None):
-        """Submits `script` with sbatch options `args`; env adds to the submitting environment (which
-        the job inherits). Returns the job id (str)."""
+    def sbatch(self, script, args=(), env=None, cwd=None, script_args=()):
+        """Submits `script` with sbatch options `args` and the script's own arguments `script_args`; env
+        adds to the submitting environment (which the job inherits). Returns the job id (str)."""
         run_env = dict(self.env, **(env or {}))
-        p = subprocess.run([_which("sbatch"), "--parsable"] + list(args) + [script], env=run_env, cwd=cwd,
+        p = subprocess.run([_which("sbatch"), "--parsable"] + list(args) + [script] + list(script_args), env=run_env,
+                           cwd=cwd,
                            capture_output=True, text=True, timeout=60)
         if p.returncode != 0:
             raise SlurmError("sbatch %s failed (exit %d): %s" % (script, p.returncode, p.stderr.strip()))

@@ -60,6 +60,21 @@ rc, out, err = t.run(1, ["train", "--model", "tiny-llama", "--seq", "16", "--mbs
                          "--ckpt-dir", os.path.join(fresh, "ckpt"), "--resume", "auto"])
 t.check(rc == 0 and "starting from step 0" in out, "--resume auto on an empty directory starts fresh")
 
+# --steps 0 on a fresh run saves the initial weights as step 0; training on from them is the fresh run.
+init = t.tmpdir("resume-init")
+rc, out, err = t.run(2, ["train", "--model", "tiny-llama", "--seq", "16", "--mbs", "6", "--steps", "0",
+                         "--ckpt-dir", os.path.join(init, "ckpt")] + FP32)
+t.check(rc == 0 and "the initial weights are checkpoint" in out and
+        os.path.exists(os.path.join(init, "ckpt", "step-00000000.h5")), "--steps 0 writes the initial weights (step 0)")
+init_dir, from_init = train(2, 6, "from-init", FP32 + ["--resume", os.path.join(init, "ckpt", "step-00000000.h5"),
+                                                       "--ckpt-every", "10"])
+t.check([r["loss"] for r in from_init] == [r["loss"] for r in t.metrics(os.path.join(full_runs["tiny-llama-fp32"],
+                                                                                     "m.jsonl"))[0]],
+        "training on from the step 0 checkpoint gives the fresh run's losses, bit for bit")
+t.compare_checkpoints(os.path.join(init_dir, "ckpt", "step-00000020.h5"),
+                      os.path.join(full_runs["tiny-llama-fp32"], "ckpt", "step-00000020.h5"), 0,
+                      "from the step 0 checkpoint: final", exact=True)
+
 # h5py sees Hugging Face names, shapes and the documented attributes.
 import h5py
 with h5py.File(os.path.join(full_runs["tiny-llama-fp32"], "ckpt", "step-00000010.h5"), "r") as f:
