@@ -422,6 +422,16 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
         fsdp_errf(err, "%d ranks on this node but only %d GPU(s): run one rank per GPU", opts->local_size, count);
         return NULL;
     }
+    /* The kernels need sm_80 (bf16 tensor cores, cp.async); the binary carries sm_80 and sm_90a code
+     * and the driver loads the one that fits this GPU, so Hopper-only code runs only on Hopper. */
+    int major = 0, minor = 0, device = opts->local_rank % count;
+    FSDP_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    FSDP_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (major < 8) {
+        fsdp_errf(err, "GPU %d has compute capability %d.%d; the CUDA backend needs 8.0 or newer (A100, H100)",
+                  device, major, minor);
+        return NULL;
+    }
     fsdp_backend *be = fsdp_xcalloc(1, sizeof *be, "the CUDA backend");
     cuda_context *im = fsdp_xcalloc(1, sizeof *im, "the CUDA backend");
     be->context = im;

@@ -22,8 +22,9 @@ enum { EOS = 2, VOCAB = 1000 };
 
 static void path_of(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
 
+/* Bytes past the eighth (the header's zero padding) are 0: shifting a uint64_t by 64 is undefined. */
 static void put_le(FILE *f, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; i++) fputc((int)((v >> (8 * i)) & 0xff), f);
+    for (int i = 0; i < bytes; i++) fputc(i < 8 ? (int)((v >> (8 * i)) & 0xff) : 0, f);
 }
 
 /* A version 2 file written byte by byte as docs/FORMATS.md lays it out (fsdp prepare's writer

@@ -70,6 +70,15 @@ static void rig_create(rig *r, const char *preset, int B, int T, float dropout, 
     r->loss = r->be->runtime->alloc(r->be, sizeof(float), "loss");
 }
 
+static void rig_destroy(rig *r) {
+    for (int u = 0; u < r->layout.num_units; u++) r->be->runtime->free(r->be, r->params[u]), r->be->runtime->free(r->be, r->grads[u]);
+    free(r->params), free(r->grads);
+    r->be->runtime->free(r->be, r->loss);
+    fsdp_model_destroy(r->model);
+    r->be->runtime->destroy(r->be);
+    fsdp_layout_free(&r->layout);
+}
+
 /* Zeroes a module of layer 0 (weight and bias): its branch adds exactly nothing. */
 static void zero_module(rig *r, fsdp_module mod) {
     const fsdp_unit_desc *u = &r->layout.units[fsdp_unit_block(&r->layout, 0)];
@@ -171,6 +180,7 @@ static void test_rate(const char *site, fsdp_module other, float p) {
     snprintf(what, sizeof what, "%s: the same samples draw the same mask again (%zu of %zu)", site, repeated, compared);
     check(compared > n / 2 && repeated == compared, what);
     free(again), free(first_mask);
+    rig_destroy(&r);
 }
 
 static int same_bits(const rig *a, const rig *b) {
@@ -194,6 +204,7 @@ static void test_not_training(const char *preset) {
     snprintf(what, sizeof what, "%s: training drops something (loss %.6f -> %.6f)", preset, (double)before,
              (double)*rated.loss);
     check(*rated.loss != before, what);
+    rig_destroy(&plain), rig_destroy(&rated);
 }
 
 /* Relative difference between a's gradients and b. */
@@ -235,6 +246,7 @@ static void test_split(const char *preset, float dropout, float attention_dropou
     check(shifted > 1e-4, what);
     for (int u = 0; u < U; u++) free(sum[u]);
     free(sum);
+    rig_destroy(&four), rig_destroy(&two);
 }
 
 int main(int argc, char **argv) {

@@ -88,6 +88,15 @@ static void setup(rig *r, const char *preset, int B, int T, double dropout, doub
     r->loss_sum = r->be->runtime->alloc(r->be, sizeof(float), "loss");
 }
 
+static void teardown(rig *r) {
+    for (int u = 0; u < r->layout.num_units; u++) r->be->runtime->free(r->be, r->params[u]), r->be->runtime->free(r->be, r->grads[u]);
+    free(r->params), free(r->grads);
+    r->be->runtime->free(r->be, r->loss_sum);
+    fsdp_model_destroy(r->model);
+    r->be->runtime->destroy(r->be);
+    fsdp_layout_free(&r->layout);
+}
+
 /* Central difference of the loss along direction d (unit norm) of parameter p. */
 static double directional_fd(rig *r, const fsdp_param_desc *p, const double *d, double eps) {
     float *w = r->params[p->unit] + p->offset;
@@ -178,6 +187,9 @@ static int run(const char *preset, double dropout, double attention_dropout) {
     failures += !caught;
     printf("  %-4s a 5%% error planted in %s is detected (error/tolerance %.2f)\n", caught ? "ok" : "FAIL",
            probe->name, planted);
+    for (int u = 0; u < r.layout.num_units; u++) free(grads[u]);
+    free(grads);
+    teardown(&r);
     return failures;
 }
 
