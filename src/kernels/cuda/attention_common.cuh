@@ -194,8 +194,6 @@ static __device__ __forceinline__ float attn_exp2(float x) {
     return y;
 }
 
-/* ---- tile loaders of the flash kernels (attention_flash_fwd.cu, attention_flash_bwd.cu) ---- */
-
 /* Copies rows [0, rows) of D bf16 each (global row stride `stride` elements) into a shared tile
  * (row stride ld) with cp.async; rows >= valid are zero-filled so that padding rows never carry
  * NaN garbage into a product. rows * D / 8 must be a multiple of nthreads (true for every tile
@@ -208,42 +206,6 @@ static __device__ __forceinline__ void attn_load_tile(uint32_t dst, const bf16 *
         const int idx = tid + i * nthreads, r = idx / cpr, c = idx % cpr;
         const int ok = r < valid;
         attn_cp_async16(dst + attn_at(r, c * 8, ld), src + (long long)(ok ? r : 0) * stride + c * 8, ok);
-    }
-}
-
-/* Shared address of stage st of a double-buffered [2][rows][ld] bf16 tile. */
-static __device__ __forceinline__ uint32_t attn_stage(uint32_t base, int st, int rows, int ld) {
-    return base + (uint32_t)st * rows * ld * 2;
-}
-
-/* Issues the copies of the key block at k0 (bc rows of K and of V from k and v, the rows of token
- * 0; keys >= T zero-filled) into stage st of the double-buffered tiles sk and sv. */
-static __device__ __forceinline__ void attn_load_kv_block(uint32_t sk, uint32_t sv, int st, const bf16 *k,
-                                                          const bf16 *v, int k0, const attn_args &a, int bc, int D,
-                                                          int ld, int tid, int nthreads) {
-    const long long koff = (long long)k0 * a.W;
-    attn_load_tile(attn_stage(sk, st, bc, ld), k + koff, a.W, bc, a.T - k0, D, ld, tid, nthreads);
-    attn_load_tile(attn_stage(sv, st, bc, ld), v + koff, a.W, bc, a.T - k0, D, ld, tid, nthreads);
-}
-
-/* The copies issued so far (a kernel's first tiles): committed, landed, visible to the whole CTA. */
-static __device__ __forceinline__ void attn_cp_async_land(void) {
-    attn_cp_async_commit();
-    attn_cp_async_wait0();
-    __syncthreads();
-}
-
-/* Start of step `step` of a double-buffered loop of `steps`: the step's tiles have landed (the
- * only group in flight), and after the barrier every warp is done with the previous step, so the
- * other stage is free: `issue_next` fills it with step + 1's tiles while this step computes. One
- * barrier per step. */
-template <typename IssueNext>
-static __device__ __forceinline__ void attn_ring_step(int step, int steps, IssueNext issue_next) {
-    attn_cp_async_wait0();
-    __syncthreads();
-    if (step + 1 < steps) {
-        issue_next();
-        attn_cp_async_commit();
     }
 }
 

@@ -82,7 +82,9 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
     attn_load_tile(sk_a, kg, a.W, BC, T - k0, D, LD, tid, NT);
     attn_load_tile(sv_a, vg, a.W, BC, T - k0, D, LD, tid, NT);
     dkdv_load_step(a, 0, 0, b, kvh, qb0, nq, sq_a, sdo_a, slse_a, sdl_a, D, BR, NT, tid);
-    attn_cp_async_land();
+    attn_cp_async_commit();
+    attn_cp_async_wait0();
+    __syncthreads();
 
     const int wk = warp * 16, kw = k0 + wk; /* the warp's first key, in the tile and as an index */
     const uint32_t off_a = attn_lane_off_a(lane, LD), off_b = attn_lane_off_b(lane, LD);
@@ -102,13 +104,17 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
 
     for (int it = 0; it < nit; it++) {
         const int st = it & 1, q0 = (qb0 + it % nq) * BR;
-        attn_ring_step(it, nit, [&] {
+        /* Step it has landed; after the barrier stage st^1 is free (as in the forward). */
+        attn_cp_async_wait0();
+        __syncthreads();
+        if (it + 1 < nit) {
             dkdv_load_step(a, it + 1, st ^ 1, b, kvh, qb0, nq, sq_a, sdo_a, slse_a, sdl_a, D, BR, NT, tid);
-        });
+            attn_cp_async_commit();
+        }
 
         /* Skip when every query of the block is before every key of the warp (warp-uniform). */
         if (q0 + BR - 1 >= kw) {
-            const uint32_t sqb = attn_stage(sq_a, st, BR, LD), sdob = attn_stage(sdo_a, st, BR, LD);
+            const uint32_t sqb = sq_a + (uint32_t)st * BR * LD * 2, sdob = sdo_a + (uint32_t)st * BR * LD * 2;
             float s[BWD_BR_MAX / 8][4], dp[BWD_BR_MAX / 8][4];
 #pragma unroll
             for (int nt = 0; nt < BR / 8; nt++)
@@ -246,8 +252,11 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 
     attn_load_tile(sq_a, qg, a.W, BR, T - q0, D, LD, tid, NT);
     attn_load_tile(sdo_a, og, (long long)a.Hq * D, BR, T - q0, D, LD, tid, NT);
-    attn_load_kv_block(sk_a, sv_a, 0, kg, vg, 0, a, BC, D, LD, tid, NT);
-    attn_cp_async_land();
+    attn_load_tile(sk_a, kg, a.W, BC, T, D, LD, tid, NT);
+    attn_load_tile(sv_a, vg, a.W, BC, T, D, LD, tid, NT);
+    attn_cp_async_commit();
+    attn_cp_async_wait0();
+    __syncthreads();
 
     const int wrow = warp * WR, wr0 = q0 + wrow;
     const uint32_t off_a = attn_lane_off_a(lane, LD), off_b = attn_lane_off_b(lane, LD);
@@ -275,11 +284,18 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 
     for (int kb = 0; kb < nkb; kb++) {
         const int st = kb & 1, k0 = kb * BC;
-        attn_ring_step(kb, nkb,
-                       [&] { attn_load_kv_block(sk_a, sv_a, st ^ 1, kg, vg, k0 + BC, a, BC, D, LD, tid, NT); });
+        /* Block kb has landed; after the barrier stage st^1 is free (as in the forward). */
+        attn_cp_async_wait0();
+        __syncthreads();
+        if (kb + 1 < nkb) {
+            const long long koff = (long long)(k0 + BC) * a.W;
+            attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
+            attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
+            attn_cp_async_commit();
+        }
 
         if (k0 <= wr0 + WR - 1) {
-            const uint32_t skb = attn_stage(sk_a, st, BC, LD), svb = attn_stage(sv_a, st, BC, LD);
+            const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
             float s[BWD_MT_MAX][BWD_BC_MAX / 8][4], dp[BWD_MT_MAX][BWD_BC_MAX / 8][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)

@@ -50,8 +50,11 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
     const int kend = min(q0 + BR, T), nkb = (kend + BC - 1) / BC;
 
     attn_load_tile(sq_a, qg, a.W, BR, T - q0, D, LD, tid, NT);
-    attn_load_kv_block(sk_a, sv_a, 0, kg, vg, 0, a, BC, D, LD, tid, NT);
-    attn_cp_async_land();
+    attn_load_tile(sk_a, kg, a.W, BC, T, D, LD, tid, NT);
+    attn_load_tile(sv_a, vg, a.W, BC, T, D, LD, tid, NT);
+    attn_cp_async_commit();
+    attn_cp_async_wait0();
+    __syncthreads();
 
     const int wrow = warp * WR;    /* first row of this warp inside the block */
     const int wr0 = q0 + wrow;     /* ... and as a query index */
@@ -79,13 +82,21 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
 
     for (int kb = 0; kb < nkb; kb++) {
         const int st = kb & 1, k0 = kb * BC;
-        /* Block kb + 1 loads into the other stage while this one is multiplied. */
-        attn_ring_step(kb, nkb,
-                       [&] { attn_load_kv_block(sk_a, sv_a, st ^ 1, kg, vg, k0 + BC, a, BC, D, LD, tid, NT); });
+        /* Block kb has landed (the only group in flight); after the barrier every warp is done
+         * with iteration kb - 1, so stage st^1 is free for block kb + 1, which then loads while
+         * this one is multiplied. One barrier per iteration. */
+        attn_cp_async_wait0();
+        __syncthreads();
+        if (kb + 1 < nkb) {
+            const long long koff = (long long)(k0 + BC) * a.W;
+            attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
+            attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
+            attn_cp_async_commit();
+        }
 
         /* Skip the block when every key is after every row of this warp (warp-uniform). */
         if (k0 <= wr0 + WR - 1) {
-            const uint32_t skb = attn_stage(sk_a, st, BC, LD), svb = attn_stage(sv_a, st, BC, LD);
+            const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
             float s[FWD_MT_MAX][FWD_BC_MAX / 8][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
