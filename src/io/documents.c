@@ -146,7 +146,7 @@ static int is_blank(const char *s, size_t n) {
 static int next_text(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
     r->doc_len = 0;
     long first = 0;
-    size_t n;
+    size_t n = 0;
     int rc;
     while ((rc = read_line(r, &n, err)) > 0) {
         if (check_text(r, r->buf, n, r->line, err)) return -1;
@@ -200,7 +200,7 @@ static int next_record(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
         snprintf(where, sizeof where, "record %ld of the JSON array", d->line);
         return from_record(r, json_array_get(r->array, r->next_record++), where, d, err) ? -1 : 1;
     }
-    size_t n;
+    size_t n = 0;
     int rc;
     while ((rc = read_line(r, &n, err)) > 0) {
         if (is_blank(r->buf, n)) continue;

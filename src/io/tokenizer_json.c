@@ -265,7 +265,7 @@ static int add_decoder(const ctx *c, const json_t *d, const char *path, fsdp_tok
             return -1;
     } else if (!strcmp(type, "Strip")) {
         x.kind = FSDP_TJ_DEC_STRIP;
-        long long start, stop;
+        long long start = 0, stop = 0; /* set by get_int when it returns 0 */
         if (get_string(c, d, "content", path, 1, &x.content) ||
             get_int(c, d, "start", path, 0, 1 << 20, &start) || get_int(c, d, "stop", path, 0, 1 << 20, &stop))
             return -1;
@@ -373,7 +373,7 @@ static int read_added(const ctx *c, const json_t *list, fsdp_tokenizer_spec *spe
         snprintf(path, sizeof path, "added_tokens[%d]", i);
         if (!json_is_object(t)) return fsdp_errf(c->err, "%s: %s must be an object", c->file, path);
         fsdp_tj_added_token *a = &spec->added[i];
-        long long id;
+        long long id = 0;
         if (get_int(c, t, "id", path, 0, INT32_MAX - 1, &id) || get_string(c, t, "content", path, 1, &a->content) ||
             get_bool(c, t, "single_word", path, 0, &a->single_word) || get_bool(c, t, "lstrip", path, 0, &a->lstrip) ||
             get_bool(c, t, "rstrip", path, 0, &a->rstrip) || get_bool(c, t, "special", path, 0, &a->special) ||
