@@ -156,6 +156,13 @@ int main(int argc, char **argv) {
     fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
     printf("oracle_dump: %s, %d x %d tokens, dropout %s, loss %.6f -> %s\n", argv[1], B, T, training ? dropout : "off",
            loss, argv[5]);
+    be->runtime->free(be, logits);
+    be->runtime->free(be, loss_sum);
+    for (int u = 0; u < U; u++) be->runtime->free(be, params[u]), be->runtime->free(be, grads[u]);
+    free(params), free(grads);
+    fsdp_model_destroy(m);
+    be->runtime->destroy(be);
+    fsdp_layout_free(&layout);
     MPI_Finalize();
     return 0;
 }
