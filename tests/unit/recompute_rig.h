@@ -20,8 +20,7 @@
 #include "backend/backend.h"
 #include "base/rng.h"
 #include "model/model.h"
-
-static int rc_failures, rc_checks;
+#include "check.h"
 
 typedef struct {
     float loss, eval_loss;
@@ -199,8 +198,7 @@ static int rc_compare(const char *label, const fsdp_layout *l, int B, int T, int
                    (long long)l->units[u].numel, rel);
     }
     if (expect_same) {
-        rc_checks++;
-        rc_failures += differ > 0;
+        check_count(!differ);
         snprintf(what, sizeof what, "%s: loss %.6f, evaluation loss and %d units' gradients %s", label,
                  (double)a->loss, l->num_units, embed_tol > 0 ? "bit for bit (embedding within rounding)" : "bit for bit");
         if (!differ) printf("  ok   %s\n", what);
@@ -227,22 +225,16 @@ static void rc_configuration(fsdp_backend *be, const char *name, const fsdp_mode
         char what[320];
         snprintf(what, sizeof what, "%s, --recompute %s vs none", label, fsdp_recompute_name((fsdp_recompute)mode));
         rc_compare(what, &l, B, T, cfg->hidden_size, &other, &none, embed_tol, 1);
-        rc_checks++;
-        if (!(other.arena < last)) {
-            rc_failures++;
+        if (!check_count(other.arena < last))
             printf("  FAIL %s: the arena does not shrink (%zu bytes, %zu before)\n", what, other.arena, last);
-        }
         last = other.arena;
         rc_free(&other, l.num_units);
     }
     int b0 = fsdp_unit_block(&l, 0);
     hp[b0][l.units[b0].numel / 2] += 0.25f;
     rc_run(be, cfg, &l, hp, attn, B, T, FSDP_RECOMPUTE_NONE, &other);
-    rc_checks++;
-    if (!rc_compare(label, &l, B, T, cfg->hidden_size, &other, &none, embed_tol, 0)) {
-        rc_failures++;
+    if (!check_count(rc_compare(label, &l, B, T, cfg->hidden_size, &other, &none, embed_tol, 0) != 0))
         printf("  FAIL %s: a changed weight of layer 0 changes nothing the comparison sees\n", label);
-    }
     rc_free(&other, l.num_units);
     rc_free(&none, l.num_units);
     for (int u = 0; u < l.num_units; u++) free(hp[u]);

@@ -10,13 +10,7 @@
 #include <unistd.h>
 
 #include "base/env.h"
-
-static int failures = 0;
-
-static void check(int ok, const char *what) {
-    printf("%s %s\n", ok ? "ok:  " : "FAIL:", what);
-    if (!ok) failures++;
-}
+#include "check.h"
 
 static void set(const char *name, const char *value) {
     if (value)
@@ -68,15 +62,11 @@ static int in_child(const char *name, const char *value, int (*probe)(void), int
 }
 
 static void accepts(const char *name, const char *value, int (*probe)(void), int want) {
-    char what[256];
-    snprintf(what, sizeof what, "%s=%s gives %d", name, value ? value : "(unset)", want);
-    check(in_child(name, value, probe, want, 0), what);
+    check_that(in_child(name, value, probe, want, 0), "%s=%s gives %d", name, value ? value : "(unset)", want);
 }
 
 static void refuses(const char *name, const char *value, int (*probe)(void)) {
-    char what[256];
-    snprintf(what, sizeof what, "%s='%s' stops with a message naming it", name, value);
-    check(in_child(name, value, probe, 0, 1), what);
+    check_that(in_child(name, value, probe, 0, 1), "%s='%s' stops with a message naming it", name, value);
 }
 
 static void switch_rule(const char *name, int (*probe)(void), int fallback) {
@@ -131,9 +121,8 @@ int main(void) {
     set("FSDP_NCCL_MAX_CTAS", "gather=8");
     set("FSDP_TEST_FAIL", "");
     const char *ctas = fsdp_env_nccl_max_ctas();
-    check(ctas && !strcmp(ctas, "gather=8"), "FSDP_NCCL_MAX_CTAS comes back as its text");
-    check(fsdp_env_test_fail() == NULL, "an empty FSDP_TEST_FAIL is unset");
+    check_that(ctas && !strcmp(ctas, "gather=8"), "FSDP_NCCL_MAX_CTAS comes back as its text");
+    check_that(fsdp_env_test_fail() == NULL, "an empty FSDP_TEST_FAIL is unset");
 
-    printf(failures ? "%d check(s) failed\n" : "all checks passed\n", failures);
-    return failures ? 1 : 0;
+    return check_summary("test_env");
 }

@@ -12,10 +12,10 @@
 
 #include "backend/backend.h"
 #include "base/rng.h"
+#include "check.h"
 
 static fsdp_backend *cpu, *gpu;
 static fsdp_dtype ACT, GRAD;
-static int failures, checks;
 static uint64_t draw;
 
 /* ---- host <-> device helpers ---- */
@@ -89,11 +89,8 @@ static void compare(const char *what, const float *ref, const void *dev, size_t 
         den += (double)ref[i] * ref[i];
     }
     double err = sqrt(num / (den > 0 ? den : 1e-30));
-    int ok = !nan && err <= tol;
-    checks++;
-    failures += !ok;
-    printf("  %-4s %-46s %s rel err %.2e (tol %.0e)%s\n", ok ? "ok" : "FAIL", what, ACT == FSDP_BF16 ? "bf16" : "fp32",
-           err, tol, nan ? " NaN" : "");
+    check_that(!nan && err <= tol, "%-46s %s rel err %.2e (tol %.0e)%s", what, ACT == FSDP_BF16 ? "bf16" : "fp32", err,
+               tol, nan ? " NaN" : "");
     free(got);
 }
 
@@ -443,7 +440,7 @@ int main(int argc, char **argv) {
     run_mode(FSDP_F32, FSDP_F32);
     run_mode(FSDP_BF16, FSDP_F32);
     run_mode(FSDP_BF16, FSDP_BF16);
-    printf("test_gpu_backend: %d of %d checks failed\n", failures, checks);
+    int status = check_summary("test_gpu_backend");
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return status;
 }

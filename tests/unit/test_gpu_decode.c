@@ -16,6 +16,7 @@
 
 #include "kernels/ops_cpu.h"
 #include "kernels/ops_cuda.h"
+#include "check.h"
 #include "kv_rig.h"
 
 #define CK(call)                                                                                             \
@@ -28,7 +29,6 @@
         }                                                                                                    \
     } while (0)
 
-static int failures = 0;
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
 static double rnd(void) {
@@ -82,11 +82,6 @@ static double rel_err(const float *x, const float *ref, size_t n) {
     return sqrt(num / (den > 0 ? den : 1.0));
 }
 
-static void report(int ok, const char *what) {
-    printf("%s %s\n", ok ? "ok:  " : "FAIL:", what);
-    if (!ok) failures++;
-}
-
 typedef struct {
     fsdp_dtype t;
     int D, Hq, Hkv, pos0, N, misalign;
@@ -136,12 +131,11 @@ static void run_kernel_case(const dec_case *c) {
     CK(cudaDeviceSynchronize());
     from_dev(out2, d_out, nout, t);
     int det = memcmp(out, out2, nout * 4) == 0;
-    char what[256];
-    snprintf(what, sizeof what, "decode %s D=%d Hq=%d Hkv=%d pos0=%d N=%d%s (%d splits): append %s, rel err %.2e (< %.0e)%s",
-             fsdp_dtype_name(t), D, Hq, Hkv, pos0, N, c->misalign ? " unaligned" : "",
-             fsdp_cuda_decode_splits(pos0 + N), same_cache ? "exact" : "DIFFERS", e, tol,
-             det ? ", deterministic" : ", NOT DETERMINISTIC");
-    report(same_cache && !isnan(e) && e < tol && det, what);
+    check_that(same_cache && !isnan(e) && e < tol && det,
+               "decode %s D=%d Hq=%d Hkv=%d pos0=%d N=%d%s (%d splits): append %s, rel err %.2e (< %.0e)%s",
+               fsdp_dtype_name(t), D, Hq, Hkv, pos0, N, c->misalign ? " unaligned" : "",
+               fsdp_cuda_decode_splits(pos0 + N), same_cache ? "exact" : "DIFFERS", e, tol,
+               det ? ", deterministic" : ", NOT DETERMINISTIC");
     cudaFree(d_qkv), cudaFree(d_kc), cudaFree(d_vc), cudaFree(d_out), cudaFree(d_scr);
     free(qkv), free(kc), free(vc), free(out_ref), free(out), free(out2), free(kc_gpu), free(vc_gpu);
 }
@@ -179,11 +173,10 @@ static void model_case(const char *model, fsdp_dtype act, double tol) {
     for (int i = 0; i < 2; i++) {
         rig_decoder_logits(&gpu, tokens, T, prefills[i], got);
         double e = rig_worst(got, ref, T, V);
-        char what[200];
-        snprintf(what, sizeof what, "%s %s on the GPU, %s: worst position %.2e (< %.0e) against the CPU training forward",
-                 model, fsdp_dtype_name(act), prefills[i] > 1 ? "prefill of 17 then token by token" : "token by token", e,
-                 tol);
-        report(!isnan(e) && e < tol, what);
+        check_that(!isnan(e) && e < tol,
+                   "%s %s on the GPU, %s: worst position %.2e (< %.0e) against the CPU training forward", model,
+                   fsdp_dtype_name(act), prefills[i] > 1 ? "prefill of 17 then token by token" : "token by token", e,
+                   tol);
     }
     free(ref), free(got);
     rig_teardown(&gpu);
@@ -193,7 +186,7 @@ static void model_case(const char *model, fsdp_dtype act, double tol) {
 int main(int argc, char **argv) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("no GPU: skipped\n");
+        printf("test_gpu_decode: SKIPPED (no GPU)\n");
         return 77;
     }
     MPI_Init(&argc, &argv);
@@ -203,7 +196,7 @@ int main(int argc, char **argv) {
         model_case(models[i], FSDP_F32, 1e-4);
         model_case(models[i], FSDP_BF16, 5e-2);
     }
-    printf(failures ? "%d check(s) failed\n" : "all checks passed\n", failures);
+    int status = check_summary("test_gpu_decode");
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return status;
 }

@@ -26,6 +26,7 @@
 #include "base/dtype.h"
 #include "kernels/ops_cpu.h"
 #include "kernels/ops_cuda.h"
+#include "check.h"
 
 /* ---- utilities ----------------------------------------------------------------------------------- */
 
@@ -37,8 +38,6 @@
             exit(1);                                                                                                   \
         }                                                                                                              \
     } while (0)
-
-static int g_failures = 0, g_checks = 0;
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
 static double rnd(void) { /* splitmix64, fixed seed: every run draws the same values */
@@ -142,11 +141,7 @@ static double rel_err(const float *g, const float *c, size_t n) {
 static double tol_for(int bf16, int reduces) { return bf16 ? 1e-2 : reduces ? 1e-5 : 1e-6; }
 
 static void report(const char *op, const char *mode, const char *size, double err, double tol) {
-    int ok = err <= tol; /* false for NaN */
-    g_checks++;
-    if (!ok) g_failures++;
-    printf("%-26s %-22s %-26s err %.3e (tol %.0e) %s\n", op, mode, size, err, tol, ok ? "PASS" : "FAIL");
-    fflush(stdout);
+    check_that(err <= tol, "%-26s %-22s %-26s err %.3e (tol %.0e)", op, mode, size, err, tol); /* false for NaN */
 }
 static void check(const char *op, const char *mode, const char *size, const float *g, const float *c, size_t n,
                   double tol) {
@@ -160,10 +155,7 @@ static void check_bitwise(const char *op, const char *mode, const char *size, co
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
-    int same = memcmp(ha, hb, bytes) == 0;
-    g_checks++;
-    if (!same) g_failures++;
-    printf("%-26s %-22s %-26s bitwise repeat %s\n", op, mode, size, same ? "PASS" : "FAIL");
+    check_that(memcmp(ha, hb, bytes) == 0, "%-26s %-22s %-26s bitwise repeat", op, mode, size);
     free(ha);
     free(hb);
 }
@@ -724,6 +716,5 @@ int main(int argc, char **argv) {
     if (big) test_sums(((size_t)1 << 24) + 13, 0);
     test_clip_scale();
     CK(cudaGetLastError());
-    printf("test_gpu_kernels: %d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return check_summary("test_gpu_kernels");
 }

@@ -12,14 +12,8 @@
  * max_position_embeddings. */
 #include <mpi.h>
 
+#include "check.h"
 #include "kv_rig.h"
-
-static int failures = 0;
-
-static void check(int ok, const char *what, double value, double bound) {
-    printf("%s %s: %.3e (bound %.0e)\n", ok ? "ok:  " : "FAIL:", what, value, bound);
-    if (!ok) failures++;
-}
 
 static void run_model(const char *model, fsdp_dtype act, double tol) {
     kv_rig r;
@@ -37,7 +31,7 @@ static void run_model(const char *model, fsdp_dtype act, double tol) {
         rig_decoder_logits(&r, tokens, T, prefills[i], got);
         double e = rig_worst(got, ref, T, V);
         snprintf(what, sizeof what, "%s %s: %s equals the training forward", model, fsdp_dtype_name(act), names[i]);
-        check(e <= tol, what, e, tol);
+        check_close(what, e, tol);
     }
 
     /* Sensitivity: the first token changed, and the whole sequence one position later. */
@@ -46,16 +40,15 @@ static void run_model(const char *model, fsdp_dtype act, double tol) {
     other[0] = (tokens[0] + 1) % V;
     rig_decoder_logits(&r, other, T, 1, got);
     double e = rig_worst(got + (size_t)(T - 1) * V, ref + (size_t)(T - 1) * V, 1, V);
-    snprintf(what, sizeof what, "%s: another first token changes the last logits (the cache is read)", model);
-    check(e > 0.05, what, e, 0.05);
+    check_that(e > 0.05, "%s: another first token changes the last logits (the cache is read): %.3e (bound %.0e)",
+               model, e, 0.05);
     int32_t shifted[65];
     shifted[0] = tokens[5];
     memcpy(shifted + 1, tokens, (size_t)T * sizeof(int32_t));
     float *got2 = malloc((size_t)(T + 1) * V * sizeof(float));
     rig_decoder_logits(&r, shifted, T + 1, 1, got2);
     e = rig_worst(got2 + (size_t)T * V, ref + (size_t)(T - 1) * V, 1, V);
-    snprintf(what, sizeof what, "%s: the same tokens one position later give other logits", model);
-    check(e > 0.05, what, e, 0.05);
+    check_that(e > 0.05, "%s: the same tokens one position later give other logits: %.3e (bound %.0e)", model, e, 0.05);
     free(got2);
     free(ref);
     free(got);
@@ -64,8 +57,7 @@ static void run_model(const char *model, fsdp_dtype act, double tol) {
 
 static void expect_error(int rc, const fsdp_err *err, const char *want, const char *what) {
     int ok = rc != 0 && strstr(err->msg, want) != NULL;
-    printf("%s %s: %s\n", ok ? "ok:  " : "FAIL:", what, rc ? err->msg : "accepted");
-    if (!ok) failures++;
+    check_that(ok, "%s: %s", what, rc ? err->msg : "accepted");
 }
 
 static void refusals(void) {
@@ -107,7 +99,7 @@ int main(int argc, char **argv) {
     run_model("tiny-llama", FSDP_BF16, 1e-2);
     run_model("tiny-opt", FSDP_BF16, 1e-2);
     refusals();
-    printf(failures ? "%d check(s) failed\n" : "all checks passed\n", failures);
+    int status = check_summary("test_kv_decode");
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return status;
 }

@@ -20,13 +20,7 @@
 #include "backend/backend.h"
 #include "base/rng.h"
 #include "model/model.h"
-
-static int failures;
-
-static void check(int ok, const char *what) {
-    failures += !ok;
-    printf("  %-4s %s\n", ok ? "ok" : "FAIL", what);
-}
+#include "check.h"
 
 typedef struct {
     fsdp_model_config cfg;
@@ -165,20 +159,18 @@ static void test_rate(const char *site, fsdp_module other, float p) {
     for (size_t i = 0; i < n; i++)
         if (first_mask[i] != 2) compared++, repeated += (again[i] == 0.0f) == first_mask[i];
     double frac = (double)dropped / (double)total, sigma = sqrt(p * (1.0 - p) / (double)total);
-    char what[256];
-    snprintf(what, sizeof what, "%s: %zu of %zu elements dropped over %d micro-batches = %.4f, rate %.2f (5 sigma %.4f)",
-             site, dropped, total, batches, frac, (double)p, 5 * sigma);
-    check(fabs(frac - p) <= 5 * sigma, what);
-    snprintf(what, sizeof what, "%s: kept elements scaled by %.5f (1 / (1 - p) = %.5f)", site, kept_on / kept_off,
-             1.0 / (1.0 - p));
-    check(fabs(kept_on / kept_off * (1.0 - p) - 1.0) < 1e-3, what);
+    check_that(fabs(frac - p) <= 5 * sigma,
+               "%s: %zu of %zu elements dropped over %d micro-batches = %.4f, rate %.2f (5 sigma %.4f)", site, dropped,
+               total, batches, frac, (double)p, 5 * sigma);
+    check_that(fabs(kept_on / kept_off * (1.0 - p) - 1.0) < 1e-3,
+               "%s: kept elements scaled by %.5f (1 / (1 - p) = %.5f)", site, kept_on / kept_off, 1.0 / (1.0 - p));
     /* Independent masks agree where both drop or both keep: p^2 + (1 - p)^2 of the time. */
     double agree = (double)same_as_first / (double)(total - total / batches), expect = p * p + (1 - p) * (1 - p);
-    snprintf(what, sizeof what, "%s: other samples' masks agree with the first's %.4f of the time (independent: %.4f)",
-             site, agree, expect);
-    check(fabs(agree - expect) < 0.02, what);
-    snprintf(what, sizeof what, "%s: the same samples draw the same mask again (%zu of %zu)", site, repeated, compared);
-    check(compared > n / 2 && repeated == compared, what);
+    check_that(fabs(agree - expect) < 0.02,
+               "%s: other samples' masks agree with the first's %.4f of the time (independent: %.4f)", site, agree,
+               expect);
+    check_that(compared > n / 2 && repeated == compared, "%s: the same samples draw the same mask again (%zu of %zu)",
+               site, repeated, compared);
     free(again), free(first_mask);
     rig_destroy(&r);
 }
@@ -196,14 +188,12 @@ static void test_not_training(const char *preset) {
     rig_create(&rated, preset, 2, 19, 0.3f, 0.3f);
     step(&plain, 40, 0, 1);
     step(&rated, 40, 0, 1);
-    char what[160];
-    snprintf(what, sizeof what, "%s: rates without training: loss and gradients bit for bit those of no rates", preset);
-    check(same_bits(&plain, &rated), what);
+    check_that(same_bits(&plain, &rated),
+               "%s: rates without training: loss and gradients bit for bit those of no rates", preset);
     float before = *rated.loss;
     step(&rated, 40, 1, 1);
-    snprintf(what, sizeof what, "%s: training drops something (loss %.6f -> %.6f)", preset, (double)before,
-             (double)*rated.loss);
-    check(*rated.loss != before, what);
+    check_that(*rated.loss != before, "%s: training drops something (loss %.6f -> %.6f)", preset, (double)before,
+               (double)*rated.loss);
     rig_destroy(&plain), rig_destroy(&rated);
 }
 
@@ -234,16 +224,14 @@ static void test_split(const char *preset, float dropout, float attention_dropou
     }
     step(&four, 100, 1, 1);
     double loss_err = fabs(*four.loss - loss2) / loss2, grad_err = grad_diff(&four, sum);
-    char what[200];
-    snprintf(what, sizeof what, "%s: samples 100-103 as one micro-batch or two: loss rel diff %.1e, gradients %.1e", preset,
-             loss_err, grad_err);
-    check(loss_err < 1e-6 && grad_err < 1e-5, what);
+    check_that(loss_err < 1e-6 && grad_err < 1e-5,
+               "%s: samples 100-103 as one micro-batch or two: loss rel diff %.1e, gradients %.1e", preset, loss_err,
+               grad_err);
     /* The same tokens with the masks of samples 101-104 must differ: masks follow the sample index. */
     step_masks(&four, 100, 101, 1, 0);
     double shifted = fabs(*four.loss - loss2) / loss2;
-    snprintf(what, sizeof what, "%s: the same tokens with the masks of samples 101-104 differ (loss rel diff %.1e)",
-             preset, shifted);
-    check(shifted > 1e-4, what);
+    check_that(shifted > 1e-4, "%s: the same tokens with the masks of samples 101-104 differ (loss rel diff %.1e)",
+               preset, shifted);
     for (int u = 0; u < U; u++) free(sum[u]);
     free(sum);
     rig_destroy(&four), rig_destroy(&two);
@@ -257,7 +245,7 @@ int main(int argc, char **argv) {
     test_not_training("tiny-llama");
     test_split("tiny-opt", 0.1f, 0.1f);
     test_split("tiny-qwen2", 0.0f, 0.2f);
-    printf(failures ? "test_model_dropout: %d FAILED\n" : "test_model_dropout: all passed\n", failures);
+    int status = check_summary("test_model_dropout");
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return status;
 }

@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
                 }
         be->runtime->destroy(be);
     }
-    printf("test_model_recompute: %d of %d checks failed\n", rc_failures, rc_checks);
+    int status = check_summary("test_model_recompute");
     MPI_Finalize();
-    return rc_failures ? 1 : 0;
+    return status;
 }

@@ -12,13 +12,7 @@
 #include <string.h>
 
 #include "train/sampling.h"
-
-static int failures = 0;
-
-static void check(int ok, const char *what) {
-    printf("%s %s\n", ok ? "ok:  " : "FAIL:", what);
-    if (!ok) failures++;
-}
+#include "check.h"
 
 /* Logits whose softmax is p (p sums to 1). */
 static void logits_of(const double *p, int V, float *out) {
@@ -35,9 +29,7 @@ static void expect(const char *what, fsdp_sampling cfg, const float *logits, int
         double d = fabs(got[i] - want[i] / sum);
         if (d > worst || isnan(got[i])) worst = isnan(got[i]) ? INFINITY : d;
     }
-    char line[256];
-    snprintf(line, sizeof line, "%s (largest difference %.1e)", what, worst);
-    check(worst < 1e-6, line);
+    check_that(worst < 1e-6, "%s (largest difference %.1e)", what, worst);
     fsdp_sampler_free(s);
 }
 
@@ -47,10 +39,11 @@ int main(void) {
     /* Greedy. */
     float tie[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
     fsdp_sampler *g = fsdp_sampler_create(&greedy, 5);
-    check(fsdp_sampler_next(g, tie, 0) == 1 && fsdp_sampler_next(g, tie, 99) == 1, "greedy: argmax, lowest id on ties");
+    check_that(fsdp_sampler_next(g, tie, 0) == 1 && fsdp_sampler_next(g, tie, 99) == 1,
+               "greedy: argmax, lowest id on ties");
     fsdp_sampler_free(g);
-    check(fabs(fsdp_logit_margin(tie, 5)) < 1e-12 && fabs(fsdp_logit_margin((float[]){3, 1, 2}, 3) - 1.0) < 1e-12,
-          "logit margin: top-1 minus top-2 (0 on a tie)");
+    check_that(fabs(fsdp_logit_margin(tie, 5)) < 1e-12 && fabs(fsdp_logit_margin((float[]){3, 1, 2}, 3) - 1.0) < 1e-12,
+               "logit margin: top-1 minus top-2 (0 on a tie)");
 
     /* Temperature: softmax(logits / T). */
     const double p4[4] = {0.4, 0.3, 0.2, 0.1};
@@ -117,10 +110,8 @@ int main(void) {
     for (int i = 0; i < STEPS; i++) count[fsdp_sampler_next(s, l4, (uint64_t)i)]++;
     double worst = 0.0;
     for (int i = 0; i < 4; i++) worst = fmax(worst, fabs((double)count[i] / STEPS - p4[i]));
-    char line[160];
-    snprintf(line, sizeof line, "draws follow the distribution over %d steps (largest frequency error %.4f < 0.01)",
-             STEPS, worst);
-    check(worst < 0.01, line);
+    check_that(worst < 0.01, "draws follow the distribution over %d steps (largest frequency error %.4f < 0.01)", STEPS,
+               worst);
     fsdp_sampling other = plain;
     other.seed = 2;
     fsdp_sampler *s2 = fsdp_sampler_create(&plain, 4), *s3 = fsdp_sampler_create(&other, 4);
@@ -130,10 +121,9 @@ int main(void) {
         same &= a == fsdp_sampler_next(s2, l4, (uint64_t)i);
         differ += a != fsdp_sampler_next(s3, l4, (uint64_t)i);
     }
-    check(same, "the same seed and steps give the same tokens");
-    check(differ > 50, "another seed gives other tokens");
+    check_that(same, "the same seed and steps give the same tokens");
+    check_that(differ > 50, "another seed gives other tokens");
     fsdp_sampler_free(s), fsdp_sampler_free(s2), fsdp_sampler_free(s3);
 
-    printf(failures ? "%d check(s) failed\n" : "all checks passed\n", failures);
-    return failures ? 1 : 0;
+    return check_summary("test_sampling");
 }
