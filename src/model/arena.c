@@ -4,6 +4,7 @@
  * the recomputation mode (model.h). */
 #include <string.h>
 
+#include "carver.h"
 #include "model_internal.h"
 
 const char *fsdp_recompute_name(fsdp_recompute r) {
@@ -41,17 +42,6 @@ fsdp_model_dims fsdp_model_make_dims(const fsdp_model_config *cfg, const fsdp_mo
     }
     d.chunk = chunk < d.N ? chunk : d.N;
     return d;
-}
-
-typedef struct {
-    char *base; /* NULL while only measuring */
-    size_t used;
-} carver;
-
-static void *carve(carver *c, size_t bytes) {
-    size_t off = (c->used + 255) & ~(size_t)255;
-    c->used = off + bytes;
-    return c->base ? c->base + off : NULL;
 }
 
 /* Carves the saved tensors of a layer that it keeps itself (own = 1) or that live in the shared

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../base/error.h"
+#include "carver.h"
 #include "model.h"
 #include "unit_params.h"
 
@@ -29,18 +30,7 @@ struct fsdp_kv_decoder {
     float *logits32;       /* its fp32 copy when act is bf16 (else == logits) */
 };
 
-/* ---- the arena: one walk sizes it and carves it ---- */
-
-typedef struct {
-    char *base; /* NULL while measuring */
-    size_t used;
-} carver;
-
-static void *carve(carver *c, size_t bytes) {
-    size_t off = (c->used + 255) & ~(size_t)255;
-    c->used = off + bytes;
-    return c->base ? c->base + off : NULL;
-}
+/* ---- the arena: one walk sizes it and carves it (carver.h) ---- */
 
 size_t fsdp_kv_cache_bytes(const fsdp_model_config *cfg, int capacity, size_t ae) {
     return 2 * (size_t)cfg->num_layers * cfg->num_kv_heads * (size_t)capacity * cfg->head_dim * ae;
