@@ -22,21 +22,10 @@ int main(void) {
 #include <cuda_runtime.h>
 
 #include "base/dtype.h"
+#include "bench_cuda.h"
 #include "kernels/dropout.h"
 #include "kernels/ops_cuda.h"
 
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "dropout_bench: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,            \
-                    cudaGetErrorString(e_));                                                                 \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
-
-#define WARMUP 3
-#define REPS 20
 
 static uint64_t g_rng = 0x853c49e6748fea9bull;
 static float rnd_sym(void) {

@@ -15,21 +15,10 @@
 #include <stdlib.h>
 
 #include "base/dtype.h"
+#include "bench_cuda.h"
 #include "kernels/cuda_scratch.h"
 #include "kernels/ops_cuda.h"
 
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "kernels_bench: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,            \
-                    cudaGetErrorString(e_));                                                                 \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
-
-#define WARMUP 3
-#define REPS 20
 
 static cudaEvent_t g_e0, g_e1;
 
