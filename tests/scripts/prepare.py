@@ -167,8 +167,13 @@ base = peak_rss_mb(["--tokenizer", GPT2, "--input", small, "--out", path("small.
 peak = peak_rss_mb(["--tokenizer", GPT2, "--input", big, "--format", "text", "--split-on", "blank-lines", "--out",
                     path("big.bin"), "--max-memory", "16", "--threads", "2"])
 print("memory: %.0f MB input, --max-memory 16: peak RSS %.0f MB, %.0f MB with a tiny input" % (size_mb, peak, base))
-t.check(size_mb > 3 * 16 and peak - base < 16 + 8, "peak RSS grows by %.0f MB on %.0f MB of input (bound 16 MB)" %
-        (peak - base, size_mb))
+if "ASAN_OPTIONS" in os.environ:
+    # AddressSanitizer keeps freed blocks in its quarantine and maps shadow memory for what was
+    # touched, so RSS measures it, not fsdp prepare: the bound is checked by the uninstrumented suite.
+    print("(peak RSS bound not checked under AddressSanitizer)")
+else:
+    t.check(size_mb > 3 * 16 and peak - base < 16 + 8, "peak RSS grows by %.0f MB on %.0f MB of input (bound 16 MB)" %
+            (peak - base, size_mb))
 t.check(read_tokens(path("big.bin"))["ids"][:50] == read_tokens(whole)["ids"][:50], "the big file starts as the Brown corpus does")
 os.remove(big)
 os.remove(path("big.bin"))
