@@ -60,16 +60,13 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     int aliased = opts->compute_dtype == opts->master_dtype;
     e->master = aliased ? be->coll->alloc_shared(be, e->gather_comm, shard_bytes, "master weights")
                         : be->runtime->alloc(be, shard_bytes, "master weights");
-    e->bytes += shard_bytes;
     if (!opts->forward_only) {
         e->grad = be->runtime->alloc(be, shard_bytes, "gradient shards");
-        e->bytes += shard_bytes;
     }
     if (aliased) {
         e->working = e->master;
     } else {
         e->working = be->coll->alloc_shared(be, e->gather_comm, (size_t)e->total_shard * e->ce, "working copy of the shards");
-        e->bytes += (size_t)e->total_shard * e->ce;
     }
 
     int *which = fsdp_xmalloc((size_t)num_units * sizeof(int), "unit rings");
@@ -160,7 +157,6 @@ void fsdp_engine_destroy(fsdp_engine *e) {
     free(e);
 }
 
-size_t fsdp_engine_bytes(const fsdp_engine *e) { return e->bytes; }
 
 static int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 

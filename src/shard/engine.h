@@ -149,8 +149,6 @@ int fsdp_engine_replica_rank(const fsdp_engine *e);
 int fsdp_engine_replica_size(const fsdp_engine *e);
 fsdp_shard_view fsdp_engine_view(const fsdp_engine *e, int unit);
 fsdp_shard_extent fsdp_engine_extent(const fsdp_engine *e);
-/* Bytes the engine holds on the device (for memory reports). */
-size_t fsdp_engine_bytes(const fsdp_engine *e);
 
 /* ---- one micro-batch: call in the visiting order ---- */
 /* Starts a micro-batch: resets the visiting cursor and prefetches the first units. */

@@ -55,7 +55,6 @@ struct fsdp_engine {
     int pool_used, pool_cap;
     int *wait_pairs; /* (begin, end, what) per wait: pool indices; the unit gathered, or -1: reductions */
     int num_wait_pairs, wait_pairs_cap;
-    size_t bytes;
 
     /* Gradient rows (fsdp_engine_add_rows): every rank's rows gathered over the world. */
     int world_size;
@@ -65,7 +64,6 @@ struct fsdp_engine {
     int32_t *rows_index;       /* FSDP_MAX_ROW_SETS * world * capacity */
     size_t rows_capacity;      /* entries per rank the buffers hold */
     int rows_len;              /* of row_len elements */
-    size_t rows_bytes;
     fsdp_event *rows_ready, *rows_done;
     int rows_pending;          /* rows_done recorded and not yet waited for by compute */
 

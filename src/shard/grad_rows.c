@@ -12,12 +12,9 @@ void engine_reserve_rows(fsdp_engine *e, int count, int row_len) {
     if (e->reduce_stream) be->runtime->stream_synchronize(be, e->reduce_stream);
     if (e->rows_values) be->runtime->free(be, e->rows_values);
     if (e->rows_index) be->runtime->free(be, e->rows_index);
-    e->bytes -= e->rows_bytes;
     size_t n = (size_t)e->world_size * (size_t)count;
     e->rows_values = be->runtime->alloc(be, n * (size_t)row_len * e->ce, "gathered gradient rows");
     e->rows_index = be->runtime->alloc(be, FSDP_MAX_ROW_SETS * n * sizeof(int32_t), "gathered gradient row indices");
-    e->rows_bytes = n * (size_t)row_len * e->ce + FSDP_MAX_ROW_SETS * n * sizeof(int32_t);
-    e->bytes += e->rows_bytes;
     e->rows_capacity = (size_t)count;
     e->rows_len = row_len;
 }

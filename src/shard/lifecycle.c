@@ -134,13 +134,9 @@ void engine_reserve_staging(fsdp_engine *e, int64_t need) {
     fsdp_backend *be = e->be;
     if (need <= e->staging_elems) return;
     if (e->reduce_stream) be->runtime->stream_synchronize(be, e->reduce_stream);
-    if (e->staging) {
-        be->runtime->free(be, e->staging);
-        e->bytes -= (size_t)e->staging_elems * e->re;
-    }
+    if (e->staging) be->runtime->free(be, e->staging);
     e->staging = be->coll->alloc_shared(be, e->reduce_comm, (size_t)need * e->re, "gradient staging buffer");
     e->staging_elems = need;
-    e->bytes += (size_t)need * e->re;
 }
 
 /* The reduce-scatter of a unit's gradient buffer `buf` as an all-to-all into the staging buffer and

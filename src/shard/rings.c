@@ -47,7 +47,6 @@ int engine_build_rings(fsdp_engine *e, slot_ring **out, int *which, int keep_all
 void slot_ring_alloc(fsdp_engine *e, slot_ring *r, size_t esize, fsdp_comm *shared_with, const char *what) {
     size_t bytes = (size_t)r->capacity * (size_t)r->elems * esize;
     r->base = shared_with ? e->be->coll->alloc_shared(e->be, shared_with, bytes, what) : e->be->runtime->alloc(e->be, bytes, what);
-    e->bytes += bytes;
     r->owner = fsdp_xmalloc((size_t)r->capacity * sizeof(int), what);
     r->released = fsdp_xcalloc((size_t)r->capacity, sizeof(fsdp_event *), what);
     r->released_valid = fsdp_xcalloc((size_t)r->capacity, sizeof(int), what);
