@@ -21,6 +21,7 @@
 #include "base/rng.h"
 #include "model/model.h"
 #include "check.h"
+#include "device_copy.h"
 
 typedef struct {
     float loss, eval_loss;
@@ -28,37 +29,6 @@ typedef struct {
     float *dres;   /* [B*T, hidden]: the gradient at the embedding output of micro-batch A */
     size_t arena;  /* the model's activation bytes */
 } rc_result;
-
-static void *rc_to_device(fsdp_backend *be, const float *x, size_t n, fsdp_dtype t) {
-    void *d = be->runtime->alloc(be, n * be->runtime->dtype_size(be, t), "test");
-    if (be->runtime->dtype_size(be, t) == 2) {
-        uint16_t *h = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(x[i]);
-        be->runtime->copy_h2d(be, d, h, n * 2, be->compute);
-        be->runtime->stream_synchronize(be, be->compute);
-        free(h);
-    } else {
-        be->runtime->copy_h2d(be, d, x, n * 4, be->compute);
-        be->runtime->stream_synchronize(be, be->compute);
-    }
-    return d;
-}
-
-static float *rc_to_host(fsdp_backend *be, const void *d, size_t n, fsdp_dtype t) {
-    float *x = malloc(n * 4);
-    be->runtime->stream_synchronize(be, be->compute);
-    if (be->runtime->dtype_size(be, t) == 2) {
-        uint16_t *h = malloc(n * 2);
-        be->runtime->copy_d2h(be, h, d, n * 2, be->compute);
-        be->runtime->stream_synchronize(be, be->compute);
-        for (size_t i = 0; i < n; i++) x[i] = fsdp_bf16_to_f32(h[i]);
-        free(h);
-    } else {
-        be->runtime->copy_d2h(be, x, d, n * 4, be->compute);
-        be->runtime->stream_synchronize(be, be->compute);
-    }
-    return x;
-}
 
 /* Initial weights of every unit (host fp32; bf16-representable when `bf16`), larger than the 0.02
  * init so that the attention is not uniform and every layer matters. */
@@ -105,7 +75,7 @@ static void rc_pass(fsdp_model *m, const fsdp_model_config *cfg, fsdp_backend *b
             const void *values;
             int count, row_len;
             fsdp_model_embed_grad_rows(m, sets, &values, &count, &row_len);
-            *dres_out = rc_to_host(be, values, (size_t)count * row_len, be->act_dtype);
+            *dres_out = test_to_host(be, values, (size_t)count * row_len, be->act_dtype);
         }
         fsdp_model_embed_backward(m, params[E], grads[E]);
     }
@@ -128,7 +98,7 @@ static void rc_run(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_la
     void **params = calloc((size_t)U, sizeof(void *)), **grads = calloc((size_t)U, sizeof(void *));
     for (int u = 0; u < U; u++) {
         size_t n = (size_t)l->units[u].numel, bytes = n * be->runtime->dtype_size(be, be->grad_dtype);
-        params[u] = rc_to_device(be, hp[u], n, be->act_dtype);
+        params[u] = test_to_device(be, hp[u], n, be->act_dtype);
         grads[u] = be->runtime->alloc(be, bytes, "grads");
         be->runtime->zero(be, grads[u], bytes, be->compute);
     }
@@ -140,11 +110,11 @@ static void rc_run(fsdp_backend *be, const fsdp_model_config *cfg, const fsdp_la
     rc_pass(m, cfg, be, params, grads, sums + 1, B, T, 2, 0, NULL);
     fsdp_model_set_dropout(m, training, 77, 3000 + B);
     rc_pass(m, cfg, be, params, grads, sums, B, T, 3, 1, NULL);
-    float *s = rc_to_host(be, sums, 2, FSDP_F32);
+    float *s = test_to_host(be, sums, 2, FSDP_F32);
     out->loss = s[0], out->eval_loss = s[1];
     free(s);
     out->grads = calloc((size_t)U, sizeof(float *));
-    for (int u = 0; u < U; u++) out->grads[u] = rc_to_host(be, grads[u], (size_t)l->units[u].numel, be->grad_dtype);
+    for (int u = 0; u < U; u++) out->grads[u] = test_to_host(be, grads[u], (size_t)l->units[u].numel, be->grad_dtype);
     fsdp_activation_parts parts;
     fsdp_model_activation_parts(cfg, &shape, be->runtime->dtype_size(be, be->act_dtype), &parts);
     out->arena = parts.total;

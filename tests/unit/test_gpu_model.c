@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "base/rng.h"
 #include "check.h"
+#include "device_copy.h"
 #include "model/model.h"
 
 typedef struct {
@@ -25,37 +26,6 @@ typedef struct {
     void **params, **grads;
     float *loss;
 } side;
-
-static void *to_device(fsdp_backend *be, const float *x, size_t n, fsdp_dtype t) {
-    void *d = be->runtime->alloc(be, n * be->runtime->dtype_size(be, t), "test");
-    if (be->runtime->dtype_size(be, t) == 2) {
-        uint16_t *h = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(x[i]);
-        be->runtime->copy_h2d(be, d, h, n * 2, be->compute);
-        be->runtime->stream_synchronize(be, be->compute);
-        free(h);
-    } else {
-        be->runtime->copy_h2d(be, d, x, n * 4, be->compute);
-        be->runtime->stream_synchronize(be, be->compute);
-    }
-    return d;
-}
-
-static float *to_host(fsdp_backend *be, const void *d, size_t n, fsdp_dtype t) {
-    float *x = malloc(n * 4);
-    be->runtime->stream_synchronize(be, be->compute);
-    if (be->runtime->dtype_size(be, t) == 2) {
-        uint16_t *h = malloc(n * 2);
-        be->runtime->copy_d2h(be, h, d, n * 2, be->compute);
-        be->runtime->stream_synchronize(be, be->compute);
-        for (size_t i = 0; i < n; i++) x[i] = fsdp_bf16_to_f32(h[i]);
-        free(h);
-    } else {
-        be->runtime->copy_d2h(be, x, d, n * 4, be->compute);
-        be->runtime->stream_synchronize(be, be->compute);
-    }
-    return x;
-}
 
 static void run_side(side *s, const fsdp_model_config *cfg, const fsdp_layout *l, float **host_params,
                      const int32_t *tok, const int32_t *tgt, int B, int T, fsdp_attn attn, int counted) {
@@ -74,7 +44,7 @@ static void run_side(side *s, const fsdp_model_config *cfg, const fsdp_layout *l
     s->params = calloc((size_t)U, sizeof(void *));
     s->grads = calloc((size_t)U, sizeof(void *));
     for (int u = 0; u < U; u++) {
-        s->params[u] = to_device(be, host_params[u], (size_t)l->units[u].numel, be->act_dtype);
+        s->params[u] = test_to_device(be, host_params[u], (size_t)l->units[u].numel, be->act_dtype);
         size_t grad_bytes = (size_t)l->units[u].numel * be->runtime->dtype_size(be, be->grad_dtype);
         s->grads[u] = be->runtime->alloc(be, grad_bytes, "grads");
     }
@@ -146,7 +116,7 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
     double tol_loss = act == FSDP_BF16 ? 1e-2 : 1e-5;
     double tol_grad = act == FSDP_F32 ? 1e-4 : attn == FSDP_ATTN_EAGER ? 2e-1 : 6e-2;
     char what[192];
-    float *gl = to_host(g.be, g.loss, 1, FSDP_F32);
+    float *gl = test_to_host(g.be, g.loss, 1, FSDP_F32);
     snprintf(what, sizeof what, "%s %s %s%s: loss %.5f vs %.5f", label, act == FSDP_BF16 ? "bf16" : "fp32",
              attn == FSDP_ATTN_FLASH ? "flash" : "eager", cfg->dropout > 0 || cfg->attention_dropout > 0 ? " dropout" : "",
              *gl / counted, *c.loss / counted);
@@ -155,7 +125,7 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
     for (int i = 0; i < l.num_params; i++) {
         const fsdp_param_desc *p = &l.params[i];
         if (strstr(p->name, "k_proj.bias")) continue; /* exactly zero in exact arithmetic */
-        float *gg = to_host(g.be, (char *)g.grads[p->unit], (size_t)l.units[p->unit].numel, FSDP_F32);
+        float *gg = test_to_host(g.be, (char *)g.grads[p->unit], (size_t)l.units[p->unit].numel, FSDP_F32);
         const float *cg = (const float *)c.grads[p->unit] + p->offset;
         double num = 0, den = 0;
         for (int64_t k = 0; k < p->numel; k++) {
