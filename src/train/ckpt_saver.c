@@ -268,11 +268,24 @@ int fsdp_ckpt_boundary(fsdp_trainer *t, int *stop, fsdp_err *err) {
     if (s->writer && !state[1] && finish_save(t, s, err)) return -1;
     int due = o->ckpt_dir && ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || last || *stop);
     if (due) {
+        double waited = 0;
         if (s->writer) {
+            /* One snapshot buffer: a save waits for the one before it. Said every time, since it means
+             * checkpoints are asked for faster than the storage writes them. */
+            double t0 = fsdp_now();
+            int before = s->writer_step;
             wait_writers(s, t->world);
             if (finish_save(t, s, err)) return -1;
+            waited = fsdp_now() - t0;
+            if (last || *stop)
+                fsdp_log("checkpoint: step %d waited %.2f s for the save of step %d to finish\n", t->step, waited,
+                         before);
+            else
+                fsdp_log("checkpoint: step %d waited %.2f s for the save of step %d to finish (--ckpt-every %d steps "
+                         "take less time than one save)\n", t->step, waited, before, o->ckpt_every);
         }
         if (start_save(t, s, err)) return -1;
+        s->paused_s += waited;
     }
     if ((last || *stop) && s->writer) {
         wait_writers(s, t->world);
