@@ -194,6 +194,49 @@ static __device__ __forceinline__ float attn_exp2(float x) {
     return y;
 }
 
+/* acc[m][2 np] and acc[m][2 np + 1] += a[m] x B for the m-tiles m < MT, where B is the 16 x 16
+ * slice (two n-tiles) of a shared tile whose B fragments one ldmatrix x4 reads at this lane's
+ * address addr: without .trans when the tile is stored [n][k] (lane_off_b), with it when stored
+ * [k][n] (lane_off_a). The fragments are read once for all MT m-tiles, which is why a warp owns
+ * MT = 2 m-tiles where registers allow. acc and a point at m-tile 0 (a single tile passes &acc,
+ * &a and MT = 1). The shapes are constants once inlined, and each kernel compiles to the same
+ * machine code as when this was written out in place. */
+template <int TRANS, int AN>
+static __device__ __forceinline__ void attn_mma_ntile_pair(float (*acc)[AN][4], int np, const uint32_t (*a)[4],
+                                                           const int MT, uint32_t addr) {
+    uint32_t b[4];
+    if (TRANS)
+        attn_ldsm_x4_t(b, addr);
+    else
+        attn_ldsm_x4(b, addr);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        attn_mma(acc[mt][2 * np], a[mt], b[0], b[1]);
+        attn_mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+    }
+}
+
+/* acc (MT m-tiles x N columns) += bf16(p) (MT m-tiles x K columns) x B, B the K x N shared tile at
+ * b_tile stored [k][n] (row stride ld; off_a the lane's attn_lane_off_a): the flash forward's
+ * O += P V and the backward's dQ += dS K, with P and dS still the fp32 accumulators of the product
+ * before, packed to A fragments in registers (attn_pack_a) into pa[MT][4]. The caller declares pa:
+ * an array local to this function is laid out ahead of the caller's accumulators, which changed
+ * ptxas's register allocation of the forward (250 -> 246 registers at D = 64, different SASS);
+ * with the caller's array the kernels are the same machine code as before. */
+template <int AN, int PN>
+static __device__ __forceinline__ void attn_mma_packed_kn(float (*acc)[AN][4], const float (*p)[PN][4],
+                                                          uint32_t (*pa)[4], const int MT, const int K, const int N,
+                                                          uint32_t b_tile, uint32_t off_a, const int ld) {
+#pragma unroll
+    for (int kk = 0; kk < K / 16; kk++) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) attn_pack_a(pa[mt], p[mt][2 * kk], p[mt][2 * kk + 1]);
+#pragma unroll
+        for (int np = 0; np < N / 16; np++)
+            attn_mma_ntile_pair<1>(acc, np, pa, MT, b_tile + attn_at(kk * 16, np * 16, ld) + off_a);
+    }
+}
+
 /* Copies rows [0, rows) of D bf16 each (global row stride `stride` elements) into a shared tile
  * (row stride ld) with cp.async; rows >= valid are zero-filled so that padding rows never carry
  * NaN garbage into a product. rows * D / 8 must be a multiple of nthreads (true for every tile

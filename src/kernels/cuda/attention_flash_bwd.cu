@@ -134,13 +134,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
                 }
 #pragma unroll
                 for (int np = 0; np < BR / 16; np++) {
-                    uint32_t qb[4], ob[4];
-                    attn_ldsm_x4(qb, sqb + attn_at(np * 16, kk * 16, LD) + off_b);
-                    attn_mma(s[2 * np], ka, qb[0], qb[1]);
-                    attn_mma(s[2 * np + 1], ka, qb[2], qb[3]);
-                    attn_ldsm_x4(ob, sdob + attn_at(np * 16, kk * 16, LD) + off_b);
-                    attn_mma(dp[2 * np], va, ob[0], ob[1]);
-                    attn_mma(dp[2 * np + 1], va, ob[2], ob[3]);
+                    attn_mma_ntile_pair<0>(&s, np, &ka, 1, sqb + attn_at(np * 16, kk * 16, LD) + off_b);
+                    attn_mma_ntile_pair<0>(&dp, np, &va, 1, sdob + attn_at(np * 16, kk * 16, LD) + off_b);
                 }
             }
 
@@ -198,13 +193,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
                 attn_pack_a(da, dp[2 * kq], dp[2 * kq + 1]);
 #pragma unroll
                 for (int dd = 0; dd < D / 16; dd++) {
-                    uint32_t ob[4], qb[4];
-                    attn_ldsm_x4_t(ob, sdob + attn_at(kq * 16, dd * 16, LD) + off_a);
-                    attn_mma(dv[2 * dd], pa, ob[0], ob[1]);
-                    attn_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
-                    attn_ldsm_x4_t(qb, sqb + attn_at(kq * 16, dd * 16, LD) + off_a);
-                    attn_mma(dk[2 * dd], da, qb[0], qb[1]);
-                    attn_mma(dk[2 * dd + 1], da, qb[2], qb[3]);
+                    attn_mma_ntile_pair<1>(&dv, dd, &pa, 1, sdob + attn_at(kq * 16, dd * 16, LD) + off_a);
+                    attn_mma_ntile_pair<1>(&dk, dd, &da, 1, sqb + attn_at(kq * 16, dd * 16, LD) + off_a);
                 }
             }
         }
@@ -304,7 +294,10 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 #pragma unroll
                     for (int e = 0; e < 4; e++) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
 
-            /* S = Q K^T, dP = dO V^T: K and V are stored [key][dim] = [n][k]. */
+            /* S = Q K^T, dP = dO V^T: K and V are stored [key][dim] = [n][k]. Written out rather than
+             * as two attn_mma_ntile_pair: the two products share one m-tile loop here, and splitting
+             * it reorders the ldmatrix and mma instructions (different machine code for 3 of 4 dq
+             * kernels). */
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
 #pragma unroll
@@ -359,23 +352,9 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
                         s[mt][nt][e] = p * (dp[mt][nt][e] - dl[mt][e >> 1]);
                     }
 
-            /* dQ += dS K: K is [key][dim] = [k][n], read with .trans. */
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                uint32_t da[BWD_MT_MAX][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) attn_pack_a(da[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
-#pragma unroll
-                for (int dd = 0; dd < D / 16; dd++) {
-                    uint32_t kb4[4];
-                    attn_ldsm_x4_t(kb4, skb + attn_at(kk * 16, dd * 16, LD) + off_a);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        attn_mma(dq[mt][2 * dd], da[mt], kb4[0], kb4[1]);
-                        attn_mma(dq[mt][2 * dd + 1], da[mt], kb4[2], kb4[3]);
-                    }
-                }
-            }
+            /* dQ += dS K: K is [key][dim] = [k][n]. */
+            uint32_t da[BWD_MT_MAX][4];
+            attn_mma_packed_kn(dq, s, da, MT, BC, D, skb, off_a, LD);
         }
     }
 

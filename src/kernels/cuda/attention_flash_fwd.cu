@@ -117,15 +117,8 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
                     }
                 }
 #pragma unroll
-                for (int np = 0; np < BC / 16; np++) {
-                    uint32_t kf[4];
-                    attn_ldsm_x4(kf, skb + attn_at(np * 16, kk * 16, LD) + off_b);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        attn_mma(s[mt][2 * np], qa[mt], kf[0], kf[1]);
-                        attn_mma(s[mt][2 * np + 1], qa[mt], kf[2], kf[3]);
-                    }
-                }
+                for (int np = 0; np < BC / 16; np++)
+                    attn_mma_ntile_pair<0>(s, np, qa, MT, skb + attn_at(np * 16, kk * 16, LD) + off_b);
             }
 
             /* Causal mask, only when some key of the block is after some row of the warp. */
@@ -194,23 +187,9 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
                     }
             }
 
-            /* O += P V: V is stored [key][dim] = [k][n], so its B fragments come from .trans. */
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                uint32_t pa[FWD_MT_MAX][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) attn_pack_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
-#pragma unroll
-                for (int dp = 0; dp < D / 16; dp++) {
-                    uint32_t vf[4];
-                    attn_ldsm_x4_t(vf, svb + attn_at(kk * 16, dp * 16, LD) + off_a);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        attn_mma(o[mt][2 * dp], pa[mt], vf[0], vf[1]);
-                        attn_mma(o[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
-                    }
-                }
-            }
+            /* O += P V: V is stored [key][dim] = [k][n]. */
+            uint32_t pa[FWD_MT_MAX][4];
+            attn_mma_packed_kn(o, s, pa, MT, BC, D, svb, off_a, LD);
         }
     }
 

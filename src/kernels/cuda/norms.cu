@@ -29,8 +29,6 @@
  * of a chunk are two whole Philox groups because C is a multiple of 8 on the fast path. */
 #include "cuda_common.cuh"
 
-#include "cuda_common.cuh"
-
 /* Chunks per thread on the fast path, and the most threads a row group may have. The forward
  * only caches the input: a warp per row up to C = 2048, blocks of 256 threads, C <= 16384. The
  * backward caches input, output gradient, the next row's prefetch, dinp and one or two
@@ -333,6 +331,21 @@ extern "C" void fsdp_cuda_layernorm_dropout_forward(void *res_out, void *out, fl
 
 /* ---- backward ---------------------------------------------------------------------------------- */
 
+/* The row's backward coefficients from this thread's partial sums (a group reduction: every thread
+ * of the row group calls it): LayerNorm's (mg, mgx), the means of dout * w and of dout * w * xhat;
+ * RMSNorm's (kk, 0), kk of dinp += r dout w - kk x (s2 unused). One float2 rather than three
+ * reference outputs, which moved registers in four fp32 kernels; with the float2 only the two fp32
+ * RMSNorm vec kernels differ from the code written out in place, in the registers of a few MOVs
+ * (same instructions in the same order, same register count). */
+template <int LN>
+static __device__ __forceinline__ float2 norm_bwd_row_coefs(float s1, float s2, float r, int C, float *sh) {
+    if (LN) {
+        float2 sums = group_sum2(s1, s2, sh);
+        return make_float2(sums.x / (float)C, sums.y / (float)C);
+    }
+    return make_float2(group_sum(s1, sh) / (float)C * r * r * r, 0.0f);
+}
+
 /* Rows [r0, r1) of block b. The next row's input and output gradient are loaded before the current
  * row's reduction, so the barrier-bound reduction overlaps the next row's memory latency. With
  * DROP, the row's keep bits are drawn while its loads are in flight. The row reduction is
@@ -395,15 +408,8 @@ static __device__ __forceinline__ void norm_bwd_vec(void *dinp, float *part, con
                 }
             }
         }
-        /* LayerNorm: the means of dout * w and of dout * w * xhat; RMSNorm: kk of dinp += r dout w - kk x. */
-        float mg, mgx, kk;
-        if (LN) {
-            float2 sums = group_sum2(s1, s2, sh);
-            mg = sums.x / (float)C, mgx = sums.y / (float)C;
-        } else {
-            s1 = group_sum(s1, sh);
-            kk = s1 / (float)C * r * r * r;
-        }
+        const float2 coefs = norm_bwd_row_coefs<LN>(s1, s2, r, C, sh);
+        const float mg = coefs.x, mgx = coefs.y, kk = coefs.x;
 #pragma unroll
         for (int k = 0; k < BWD_K; k++) {
             int j = t + k * tpr;
@@ -483,14 +489,8 @@ static __device__ __forceinline__ void norm_bwd_gen(void *dinp, float *part, con
                 s1 += ld1(dout, base + c, bf16) * ld1(weight, c, bf16) * ld1(inp, base + c, bf16);
             }
         }
-        float mg, mgx, kk;
-        if (LN) {
-            float2 sums = group_sum2(s1, s2, sh);
-            mg = sums.x / (float)C, mgx = sums.y / (float)C;
-        } else {
-            s1 = group_sum(s1, sh);
-            kk = s1 / (float)C * r * r * r;
-        }
+        const float2 coefs = norm_bwd_row_coefs<LN>(s1, s2, r, C, sh);
+        const float mg = coefs.x, mgx = coefs.y, kk = coefs.x;
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
             float di;
             if (LN) {
