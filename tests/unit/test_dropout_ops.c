@@ -45,7 +45,7 @@ static void test_philox_known_answers(void) {
         fsdp_philox4 r = fsdp_philox4x32_10(v[0], v[1], v[2], v[3], v[4], v[5]);
         for (int i = 0; i < 4; i++) ok &= r.w[i] == v[6 + i];
     }
-    check(ok, "%-40s Random123 known-answer vectors (3)", "philox4x32-10");
+    check_that(ok, "%-40s Random123 known-answer vectors (3)", "philox4x32-10");
 }
 
 static void test_rate(void) {
@@ -57,7 +57,7 @@ static void test_rate(void) {
     ok &= t.threshold == 0 && !fsdp_dropout_active(&t); /* rounds to nothing dropped */
     ok &= fsdp_dropout_rate_ok(0.0) && fsdp_dropout_rate_ok(0.999) && !fsdp_dropout_rate_ok(1.0) &&
           !fsdp_dropout_rate_ok(-0.1) && !fsdp_dropout_rate_ok(NAN);
-    check(ok, "%-40s thresholds round(p 2^32), scales 1/(1-p), p = 1 refused", "dropout rate");
+    check_that(ok, "%-40s thresholds round(p 2^32), scales 1/(1-p), p = 1 refused", "dropout rate");
 }
 
 /* Kept fraction of n residual elements (rows of T x C from sample_base) and agreement with a second
@@ -88,7 +88,7 @@ static void test_statistics(void) {
         count_rows(&d, NULL, N, T, C, &kept, &agree);
         long n = (long)N * C;
         int ok = within((double)kept / n, 1.0 - p, n, &s);
-        check(ok, "%-40s p %.1f: kept %.5f of %ld (%.1f sigma)", "residual mask", p, (double)kept / n, n, s);
+        check_that(ok, "%-40s p %.1f: kept %.5f of %ld (%.1f sigma)", "residual mask", p, (double)kept / n, n, s);
         /* Probabilities: every (b, h, i, j) of 2 samples x 8 heads x 256 x 256. */
         fsdp_dropout a = fsdp_dropout_make(p, 1234, 77, 3, FSDP_DROPOUT_ATTN_PROBS);
         long pk = 0, pn = 0;
@@ -97,7 +97,7 @@ static void test_statistics(void) {
                 for (int i = 0; i < 256; i++)
                     for (int j = 0; j < 256; j++, pn++) pk += fsdp_dropout_keep_probs(&a, b, h, i, j, 256);
         ok = within((double)pk / pn, 1.0 - p, pn, &s);
-        check(ok, "%-40s p %.1f: kept %.5f of %ld (%.1f sigma)", "probability mask", p, (double)pk / pn, pn, s);
+        check_that(ok, "%-40s p %.1f: kept %.5f of %ld (%.1f sigma)", "probability mask", p, (double)pk / pn, pn, s);
     }
     /* Independence of the counter's fields: two masks that differ in one field must agree as often
      * as independent ones (p^2 + (1-p)^2), not always. */
@@ -113,8 +113,8 @@ static void test_statistics(void) {
         double s;
         count_rows(&base, &other[k], 64, 64, 2048, &kept, &agree);
         int ok = within((double)agree / n, p * p + (1 - p) * (1 - p), n, &s);
-        check(ok, "%-40s masks differing in %-6s agree on %.4f (%.1f sigma)", "mask independence", field[k],
-              (double)agree / n, s);
+        check_that(ok, "%-40s masks differing in %-6s agree on %.4f (%.1f sigma)", "mask independence", field[k],
+                   (double)agree / n, s);
     }
 }
 
@@ -144,8 +144,8 @@ static void test_probs_groups(void) {
                     ok &= owner[g * 3 + k] == who[k];
                 }
             }
-    check(ok, "%-40s T %d: one (group, word) per element, groups inside one lane in both layouts",
-          "probability groups", T);
+    check_that(ok, "%-40s T %d: one (group, word) per element, groups inside one lane in both layouts",
+               "probability groups", T);
     free(seen);
     free(owner);
 }
@@ -181,13 +181,13 @@ static void test_residual_dropout(void) {
             ref[r * c.C + k] = (double)c.res[r * c.C + k] + (keep ? (double)c.x[r * c.C + k] * c.d.scale : 0.0);
         }
     compare("residual_dropout_forward p 0.3", c.out, ref, n, 1e-7, 1e-6);
-    check(kept > 0 && kept < (long)n, "%-40s kept %ld of %zu (some of each)", "residual_dropout_forward", kept, n);
+    check_that(kept > 0 && kept < (long)n, "%-40s kept %ld of %zu (some of each)", "residual_dropout_forward", kept, n);
 
     float *a = copy_f(c.res, n), *b = copy_f(c.x, n); /* out aliasing residual, then x */
     cpu_residual_dropout_forward(a, a, c.x, c.N, c.T, c.C, &c.d);
     cpu_residual_dropout_forward(b, c.res, b, c.N, c.T, c.C, &c.d);
-    check(!memcmp(a, c.out, n * 4) && !memcmp(b, c.out, n * 4), "%-40s out aliasing residual or x: same bits",
-          "residual_dropout_forward");
+    check_that(!memcmp(a, c.out, n * 4) && !memcmp(b, c.out, n * 4), "%-40s out aliasing residual or x: same bits",
+               "residual_dropout_forward");
 
     float *dx = alloc_f(n), *dres = copy_f(c.R, n);
     fill_nan(dx, n);
@@ -200,7 +200,7 @@ static void test_residual_dropout(void) {
     float *inplace = copy_f(c.R, n);
     cpu_dropout_backward(inplace, inplace, c.N, c.T, c.C, &c.d);
     exact &= !memcmp(inplace, dx, n * 4);
-    check(exact, "%-40s dx = keep . dout / (1 - p) exactly, also in place", "dropout_backward");
+    check_that(exact, "%-40s dx = keep . dout / (1 - p) exactly, also in place", "dropout_backward");
     grad_param ps[2] = {{"x", c.x, n, dx}, {"residual", c.res, n, dres}};
     check_grads("residual_dropout p 0.3 (mask fixed)", rd_loss, &c, ps, 2);
 
@@ -211,9 +211,9 @@ static void test_residual_dropout(void) {
     cpu_residual_dropout_forward(o0, c.res, c.x, c.N, c.T, c.C, &z);
     cpu_residual_dropout_forward(o1, c.res, c.x, c.N, c.T, c.C, NULL);
     cpu_dropout_backward(d0, c.R, c.N, c.T, c.C, &z);
-    check(!memcmp(o0, plain, n * 4) && !memcmp(o1, plain, n * 4) && !memcmp(d0, c.R, n * 4),
-          "%-40s p 0 and NULL: out = residual + x, dx = dout (bitwise)", "residual dropout");
-    check(memcmp(c.out, plain, n * 4) != 0, "%-40s p 0.3 changes the result", "residual dropout");
+    check_that(!memcmp(o0, plain, n * 4) && !memcmp(o1, plain, n * 4) && !memcmp(d0, c.R, n * 4),
+               "%-40s p 0 and NULL: out = residual + x, dx = dout (bitwise)", "residual dropout");
+    check_that(memcmp(c.out, plain, n * 4) != 0, "%-40s p 0.3 changes the result", "residual dropout");
     free(c.res), free(c.x), free(c.out), free(c.R), free(ref), free(a), free(b), free(dx), free(dres);
     free(inplace), free(o0), free(o1), free(plain), free(d0);
 }
@@ -233,8 +233,8 @@ static void test_residual_split(void) {
     cpu_dropout_backward(dw, x, B * T, T, C, &d);
     cpu_dropout_backward(dp, x, T, T, C, &d1);
     cpu_dropout_backward(dp + n1, x + n1, 3 * T, T, C, &d3);
-    check(!memcmp(whole, parts, n * 4) && !memcmp(dw, dp, n * 4),
-          "%-40s 4 samples at once == 1 + 3 (bitwise, forward and backward)", "residual dropout split");
+    check_that(!memcmp(whole, parts, n * 4) && !memcmp(dw, dp, n * 4),
+               "%-40s 4 samples at once == 1 + 3 (bitwise, forward and backward)", "residual dropout split");
     free(res), free(x), free(whole), free(parts), free(dw), free(dp);
 }
 
@@ -323,10 +323,10 @@ static void test_attention_dropout(int B, int T, int Hq, int Hkv, int D, double 
     }
     double worst = 0.0;
     for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs((double)dq[0][i] - dq[1][i]));
-    check(worst <= 1e-6, "%-40s dqkv stored vs recomputed probs: max diff %.2e", "attention dropout", worst);
+    check_that(worst <= 1e-6, "%-40s dqkv stored vs recomputed probs: max diff %.2e", "attention dropout", worst);
     ad_loss(&c); /* the gradient checks left perturbed outputs */
-    check(memcmp(plain, c.out, no * 4) != 0 && !memcmp(plain_lse, c.lse, nl * 4),
-          "%-40s p %.2f changes out, not lse", "attention dropout", p);
+    check_that(memcmp(plain, c.out, no * 4) != 0 && !memcmp(plain_lse, c.lse, nl * 4),
+               "%-40s p %.2f changes out, not lse", "attention dropout", p);
     free(c.qkv), free(c.out), free(c.lse), free(c.probs), free(c.R), free(rout), free(rlse), free(rprobs);
     free(dq[0]), free(dq[1]), free(plain), free(plain_lse);
 }
@@ -344,8 +344,8 @@ static void test_attention_exact_cases(void) {
     cpu_attention_backward(g[0], dout, qkv, o[0], l[0], NULL, B, T, Hq, Hkv, D, NULL);
     cpu_attention_forward(o[1], l[1], NULL, qkv, B, T, Hq, Hkv, D, &z);
     cpu_attention_backward(g[1], dout, qkv, o[1], l[1], NULL, B, T, Hq, Hkv, D, &z);
-    check(!memcmp(o[0], o[1], no * 4) && !memcmp(l[0], l[1], nl * 4) && !memcmp(g[0], g[1], nq * 4),
-          "%-40s p 0 == no dropout (bitwise, forward and backward)", "attention dropout");
+    check_that(!memcmp(o[0], o[1], no * 4) && !memcmp(l[0], l[1], nl * 4) && !memcmp(g[0], g[1], nq * 4),
+               "%-40s p 0 == no dropout (bitwise, forward and backward)", "attention dropout");
 
     fsdp_dropout d = fsdp_dropout_make(0.2, 5, 10, 0, FSDP_DROPOUT_ATTN_PROBS), d2 = d;
     d2.sample_base = d.sample_base + 1;
@@ -356,8 +356,8 @@ static void test_attention_exact_cases(void) {
     cpu_attention_backward(g[2], dout, qkv, o[2], l[2], NULL, 1, T, Hq, Hkv, D, &d);
     cpu_attention_forward(o[2] + to, l[2] + tl, NULL, qkv + tq, 2, T, Hq, Hkv, D, &d2);
     cpu_attention_backward(g[2] + tq, dout + to, qkv + tq, o[2] + to, l[2] + tl, NULL, 2, T, Hq, Hkv, D, &d2);
-    check(!memcmp(o[1], o[2], no * 4) && !memcmp(g[1], g[2], nq * 4),
-          "%-40s 3 samples at once == 1 + 2 (bitwise, forward and backward)", "attention dropout split");
+    check_that(!memcmp(o[1], o[2], no * 4) && !memcmp(g[1], g[2], nq * 4),
+               "%-40s 3 samples at once == 1 + 2 (bitwise, forward and backward)", "attention dropout split");
     for (int k = 0; k < 3; k++) free(o[k]), free(l[k]), free(g[k]);
     free(qkv), free(dout);
 }
@@ -405,9 +405,9 @@ static void test_attention_probes(void) {
                 for (int j = 0; j <= t; j++)
                     bad[2] += (g[(size_t)(b * T + t) * W + (size_t)h * D + j] == 0.0f) !=
                               !fsdp_dropout_keep_probs(&d, b, h, t, j, T);
-    check(!bad[0] && !bad[1] && !bad[2] && dropped > 0,
-          "%-40s zeros == dropped: out %ld, dV %ld, dQ %ld mismatches (%ld dropped)", "attention mask probes", bad[0],
-          bad[1], bad[2], dropped);
+    check_that(!bad[0] && !bad[1] && !bad[2] && dropped > 0,
+               "%-40s zeros == dropped: out %ld, dV %ld, dQ %ld mismatches (%ld dropped)", "attention mask probes",
+               bad[0], bad[1], bad[2], dropped);
     free(qkv), free(dout), free(out), free(lse), free(g), free(onehot), free(zero);
 }
 
@@ -434,7 +434,7 @@ static void test_threads(void) {
         if (th > 1) same &= memcmp(ref, got, total * sizeof(float)) == 0;
     }
     omp_set_num_threads(saved);
-    check(same, "%-40s bitwise equal with 1, 2 and 3 threads", "dropout ops (attention, residual)");
+    check_that(same, "%-40s bitwise equal with 1, 2 and 3 threads", "dropout ops (attention, residual)");
     free(qkv), free(dout), free(res), free(x), free(ref), free(got);
 }
 
@@ -451,10 +451,5 @@ int main(void) {
     test_attention_exact_cases();
     test_attention_probes();
     test_threads();
-    if (g_failures) {
-        printf("%d check(s) FAILED\n", g_failures);
-        return 1;
-    }
-    printf("all checks passed\n");
-    return 0;
+    return check_summary("test_dropout_ops");
 }
