@@ -26,6 +26,7 @@
 #include "kernels/dropout.h"
 #include "kernels/ops_cpu.h"
 
+#include "attention_rig.h"
 #include "grad_check.h"
 
 /* ---- the generator ------------------------------------------------------------------------------ */
@@ -240,95 +241,23 @@ static void test_residual_split(void) {
 
 /* ---- attention ---------------------------------------------------------------------------------- */
 
-typedef struct {
-    int B, T, Hq, Hkv, D, eager;
-    fsdp_dropout d;
-    float *qkv, *out, *lse, *probs, *R;
-} ad_ctx;
-
-static size_t ad_nqkv(const ad_ctx *c) { return (size_t)c->B * c->T * (c->Hq + 2 * c->Hkv) * c->D; }
-static size_t ad_nout(const ad_ctx *c) { return (size_t)c->B * c->T * c->Hq * c->D; }
-
-static double ad_loss(void *p) {
-    ad_ctx *c = p;
-    cpu_attention_forward(c->out, c->lse, c->eager ? c->probs : NULL, c->qkv, c->B, c->T, c->Hq, c->Hkv, c->D,
-                          &c->d);
-    return dot_d(c->out, c->R, ad_nout(c));
-}
-
-/* Causal GQA attention in double with the mask applied to the normalised probabilities. */
-static void ad_reference(const ad_ctx *c, double *out, double *lse, double *probs) {
-    int W = (c->Hq + 2 * c->Hkv) * c->D, grp = c->Hq / c->Hkv, T = c->T, D = c->D;
-    double *s = malloc((size_t)T * sizeof(double));
-    for (int b = 0; b < c->B; b++)
-        for (int h = 0; h < c->Hq; h++)
-            for (int t = 0; t < T; t++) {
-                const float *q = c->qkv + (size_t)(b * T + t) * W + h * D;
-                double mx = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
-                    const float *k = c->qkv + (size_t)(b * T + j) * W + (c->Hq + h / grp) * D;
-                    s[j] = 0.0;
-                    for (int i = 0; i < D; i++) s[j] += (double)q[i] * k[i];
-                    s[j] /= sqrt((double)D);
-                    mx = fmax(mx, s[j]);
-                }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
-                size_t row = ((size_t)b * c->Hq + h) * T + t;
-                lse[row] = mx + log(sum);
-                double *o = out + (size_t)(b * T + t) * c->Hq * D + h * D;
-                for (int i = 0; i < D; i++) o[i] = 0.0;
-                for (int j = 0; j < T; j++) {
-                    double pj = j <= t ? exp(s[j] - lse[row]) : 0.0;
-                    probs[row * T + j] = pj;
-                    if (j > t || !fsdp_dropout_keep_probs(&c->d, b, h, t, j, T)) continue;
-                    const float *v = c->qkv + (size_t)(b * T + j) * W + (c->Hq + c->Hkv + h / grp) * D;
-                    for (int i = 0; i < D; i++) o[i] += pj * v[i] / (1.0 - (double)c->d.p);
-                }
-            }
-    free(s);
-}
-
+/* Attention with the mask applied to the normalised probabilities against the double reference,
+ * both backward paths against finite differences; and p does change out, not lse. */
 static void test_attention_dropout(int B, int T, int Hq, int Hkv, int D, double p) {
-    ad_ctx c = {.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D};
-    c.d = fsdp_dropout_make(p, 4242, 31, 5, FSDP_DROPOUT_ATTN_PROBS);
-    size_t nq = ad_nqkv(&c), no = ad_nout(&c), nl = (size_t)B * Hq * T, np_ = nl * T;
-    c.qkv = rand_f(nq, 1.5f), c.out = alloc_f(no), c.lse = alloc_f(nl), c.probs = alloc_f(np_);
-    c.R = rand_f(no, 1.0f);
-    double *rout = malloc(no * sizeof(double)), *rlse = malloc(nl * sizeof(double));
-    double *rprobs = malloc(np_ * sizeof(double));
-    ad_reference(&c, rout, rlse, rprobs);
-    float *dq[2], *plain = alloc_f(no), *plain_lse = alloc_f(nl);
+    fsdp_dropout d = fsdp_dropout_make(p, 4242, 31, 5, FSDP_DROPOUT_ATTN_PROBS);
+    attn_ctx c = {.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D, .drop = &d};
+    attn_setup(&c);
+    size_t no = attn_out_numel(&c), nl = (size_t)B * Hq * T;
+    float *plain = alloc_f(no), *plain_lse = alloc_f(nl);
     cpu_attention_forward(plain, plain_lse, NULL, c.qkv, B, T, Hq, Hkv, D, NULL);
-    for (int eager = 1; eager >= 0; eager--) {
-        char what[96], sub[128];
-        snprintf(what, sizeof what, "attention p %.2f B%d T%d Hq%d Hkv%d D%d %s", p, B, T, Hq, Hkv, D,
-                 eager ? "probs" : "flash");
-        c.eager = eager;
-        fill_nan(c.out, no);
-        fill_nan(c.lse, nl);
-        fill_nan(c.probs, np_);
-        ad_loss(&c);
-        compare(what, c.out, rout, no, 1e-6, 1e-5);
-        snprintf(sub, sizeof sub, "%s lse (undropped)", what);
-        compare(sub, c.lse, rlse, nl, 1e-6, 1e-6);
-        if (eager) {
-            snprintf(sub, sizeof sub, "%s P (undropped)", what);
-            compare(sub, c.probs, rprobs, np_, 1e-7, 1e-5);
-        }
-        dq[eager] = alloc_f(nq);
-        fill_nan(dq[eager], nq);
-        cpu_attention_backward(dq[eager], c.R, c.qkv, c.out, c.lse, eager ? c.probs : NULL, B, T, Hq, Hkv, D, &c.d);
-        grad_param gp = {"qkv", c.qkv, nq, dq[eager]};
-        check_grads(what, ad_loss, &c, &gp, 1);
-    }
-    double worst = 0.0;
-    for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs((double)dq[0][i] - dq[1][i]));
-    check_that(worst <= 1e-6, "%-40s dqkv stored vs recomputed probs: max diff %.2e", "attention dropout", worst);
-    ad_loss(&c); /* the gradient checks left perturbed outputs */
+    char label[32];
+    snprintf(label, sizeof label, "attention p %.2f", p);
+    attn_check_paths(&c, label, "attention dropout");
+    attn_loss(&c); /* the gradient checks left perturbed outputs */
     check_that(memcmp(plain, c.out, no * 4) != 0 && !memcmp(plain_lse, c.lse, nl * 4),
                "%-40s p %.2f changes out, not lse", "attention dropout", p);
-    free(c.qkv), free(c.out), free(c.lse), free(c.probs), free(c.R), free(rout), free(rlse), free(rprobs);
-    free(dq[0]), free(dq[1]), free(plain), free(plain_lse);
+    attn_free(&c);
+    free(plain), free(plain_lse);
 }
 
 /* p = 0 and NULL give the dropout-free bits; a 3-sample micro-batch equals 1 + 2 samples. */

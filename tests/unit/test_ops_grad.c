@@ -20,6 +20,7 @@
 #include "base/dtype.h"
 #include "kernels/ops_cpu.h"
 
+#include "attention_rig.h"
 #include "grad_check.h"
 
 /* ---- matmul (+ relu_backward) ------------------------------------------------------------------ */
@@ -369,93 +370,12 @@ static void test_rope(void) {
 
 /* ---- attention ---------------------------------------------------------------------------------- */
 
-typedef struct {
-    int B, T, Hq, Hkv, D, eager; /* eager: keep probs */
-    float *qkv, *out, *lse, *probs, *R;
-} attn_ctx;
-
-static size_t attn_qkv_numel(const attn_ctx *c) { return (size_t)c->B * c->T * (c->Hq + 2 * c->Hkv) * c->D; }
-static size_t attn_out_numel(const attn_ctx *c) { return (size_t)c->B * c->T * c->Hq * c->D; }
-
-static double attn_loss(void *p) {
-    attn_ctx *c = p;
-    cpu_attention_forward(c->out, c->lse, c->eager ? c->probs : NULL, c->qkv, c->B, c->T, c->Hq, c->Hkv, c->D,
-                          NULL);
-    return dot_d(c->out, c->R, attn_out_numel(c));
-}
-
-/* The textbook O(T^2) causal GQA attention in double. */
-static void attn_reference(const attn_ctx *c, double *out, double *lse, double *probs) {
-    int W = (c->Hq + 2 * c->Hkv) * c->D, grp = c->Hq / c->Hkv, T = c->T, D = c->D;
-    double *s = malloc((size_t)T * sizeof(double));
-    for (int b = 0; b < c->B; b++)
-        for (int h = 0; h < c->Hq; h++)
-            for (int t = 0; t < T; t++) {
-                const float *q = c->qkv + (size_t)(b * T + t) * W + h * D;
-                double mx = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
-                    const float *k = c->qkv + (size_t)(b * T + j) * W + (c->Hq + h / grp) * D;
-                    s[j] = 0.0;
-                    for (int i = 0; i < D; i++) s[j] += (double)q[i] * k[i];
-                    s[j] /= sqrt((double)D);
-                    mx = fmax(mx, s[j]);
-                }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
-                size_t row = ((size_t)b * c->Hq + h) * T + t;
-                lse[row] = mx + log(sum);
-                double *o = out + (size_t)(b * T + t) * c->Hq * D + h * D;
-                for (int i = 0; i < D; i++) o[i] = 0.0;
-                for (int j = 0; j < T; j++) {
-                    double pj = j <= t ? exp(s[j] - lse[row]) : 0.0;
-                    probs[row * T + j] = pj;
-                    const float *v = c->qkv + (size_t)(b * T + j) * W + (c->Hq + c->Hkv + h / grp) * D;
-                    for (int i = 0; i < D && j <= t; i++) o[i] += pj * v[i];
-                }
-            }
-    free(s);
-}
-
 /* Forward against the reference, then the gradient of both paths (stored probs, recomputed probs). */
 static void test_attention(int B, int T, int Hq, int Hkv, int D) {
     attn_ctx c = {.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D};
-    size_t nq = attn_qkv_numel(&c), no = attn_out_numel(&c), nl = (size_t)B * Hq * T, np_ = nl * T;
-    c.qkv = rand_f(nq, 1.5f);
-    c.out = alloc_f(no);
-    c.lse = alloc_f(nl);
-    c.probs = alloc_f(np_);
-    c.R = rand_f(no, 1.0f);
-    double *rout = malloc(no * sizeof(double)), *rlse = malloc(nl * sizeof(double));
-    double *rprobs = malloc(np_ * sizeof(double));
-    attn_reference(&c, rout, rlse, rprobs);
-    float *dq[2];
-    for (int eager = 1; eager >= 0; eager--) {
-        char what[96];
-        snprintf(what, sizeof what, "attention B%d T%d Hq%d Hkv%d D%d %s", B, T, Hq, Hkv, D,
-                 eager ? "probs" : "probs=NULL");
-        c.eager = eager;
-        fill_nan(c.out, no);
-        fill_nan(c.lse, nl);
-        fill_nan(c.probs, np_);
-        attn_loss(&c);
-        compare(what, c.out, rout, no, 1e-6, 1e-5);
-        char sub[128];
-        snprintf(sub, sizeof sub, "%s lse", what);
-        compare(sub, c.lse, rlse, nl, 1e-6, 1e-6);
-        if (eager) {
-            snprintf(sub, sizeof sub, "%s P (0 above diagonal)", what);
-            compare(sub, c.probs, rprobs, np_, 1e-7, 1e-5);
-        }
-        dq[eager] = alloc_f(nq);
-        fill_nan(dq[eager], nq); /* every part of dqkv must be overwritten */
-        cpu_attention_backward(dq[eager], c.R, c.qkv, c.out, c.lse, eager ? c.probs : NULL, B, T, Hq, Hkv, D, NULL);
-        grad_param p = {"qkv", c.qkv, nq, dq[eager]};
-        check_grads(what, attn_loss, &c, &p, 1);
-    }
-    double worst = 0.0;
-    for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs((double)dq[0][i] - dq[1][i]));
-    check_that(worst <= 1e-6, "%-40s dqkv stored vs recomputed probs: max diff %.2e", "attention", worst);
-    free(c.qkv), free(c.out), free(c.lse), free(c.probs), free(c.R), free(rout), free(rlse), free(rprobs);
-    free(dq[0]), free(dq[1]);
+    attn_setup(&c);
+    attn_check_paths(&c, "attention", "attention");
+    attn_free(&c);
 }
 
 /* ---- swiglu ------------------------------------------------------------------------------------- */
