@@ -29,6 +29,28 @@ def has_cuda_backend():
     return "cuda" in version and sum(1 for l in gpus.splitlines() if l.startswith("GPU"))
 
 
+def hf_torch(name):
+    """For the scripts that compare with transformers on the GPU: re-runs the script under
+    FSDP_HF_PYTHON when that is set; exits 77 (skipped) without a GPU and the CUDA backend, or
+    without torch and transformers; else returns (torch, transformers) with TF32 off, so that fp32
+    on the GPU is fp32."""
+    other = os.environ.get("FSDP_HF_PYTHON")
+    if other and os.path.realpath(other) != os.path.realpath(sys.executable):
+        os.execv(other, [other] + sys.argv)
+    if has_cuda_backend() < 1:
+        print("%s: SKIPPED (needs a GPU and fsdp.c's CUDA backend)" % name)
+        sys.exit(77)
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        print("%s: SKIPPED (%s: %s lacks torch/transformers; set FSDP_HF_PYTHON)" % (name, e, sys.executable))
+        sys.exit(77)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch, transformers
+
+
 def tmpdir(name):
     base = os.environ.get("FSDP_TEST_TMP") or tempfile.gettempdir()
     path = os.path.join(base, name)

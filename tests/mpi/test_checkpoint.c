@@ -16,17 +16,9 @@
 
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
+#include "mpi_check.h"
 
-static int rank, size, failures;
 static char dir[1024];
-
-#define CHECK(cond)                                                                                  \
-    do {                                                                                             \
-        if (!(cond)) {                                                                               \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s\n", rank, __FILE__, __LINE__, #cond);            \
-            failures++;                                                                              \
-        }                                                                                            \
-    } while (0)
 
 enum { NT = 6 };
 static const fsdp_ckpt_tensor TENSORS[NT] = {
@@ -144,12 +136,10 @@ static void expect_failure(int rc, const fsdp_err *err, const char *piece1, cons
     char first[1024];
     memcpy(first, err->msg, sizeof first);
     MPI_Bcast(first, sizeof first, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (rc != -1 || !err->failed || !strstr(err->msg, piece1) || (piece2 && !strstr(err->msg, piece2)) ||
-        strcmp(first, err->msg) || strchr(err->msg, '\n')) {
-        fprintf(stderr, "FAIL rank %d line %d: want -1 with '%s'%s%s; got %d: %s\n", rank, line, piece1,
-                piece2 ? " and " : "", piece2 ? piece2 : "", rc, err->msg);
-        failures++;
-    }
+    check_quiet(rc == -1 && err->failed && strstr(err->msg, piece1) && (!piece2 || strstr(err->msg, piece2)) &&
+                    !strcmp(first, err->msg) && !strchr(err->msg, '\n'),
+                "line %d: want -1 with '%s'%s%s; got %d: %s", line, piece1, piece2 ? " and " : "", piece2 ? piece2 : "",
+                rc, err->msg);
     if (rank == 0 && getenv("FSDP_TEST_VERBOSE")) printf("expected failure: %s\n", err->msg);
 }
 
@@ -474,14 +464,7 @@ int main(int argc, char **argv) {
     test_directory();
     if (rank == 0 && !getenv("FSDP_TEST_KEEP_CHECKPOINT")) rmdir(dir);
 
-    int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) {
-        if (total)
-            fprintf(stderr, "test_checkpoint: %d failure(s)\n", total);
-        else
-            printf("test_checkpoint: ok (%d ranks)\n", size);
-    }
+    int status = mpi_check_summary("test_checkpoint");
     MPI_Finalize();
-    return total ? 1 : 0;
+    return status;
 }

@@ -14,17 +14,9 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include "mpi_check.h"
 
-static int rank, size, failures;
 static char dir[1024];
-
-#define CHECK(cond)                                                                                  \
-    do {                                                                                             \
-        if (!(cond)) {                                                                               \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s\n", rank, __FILE__, __LINE__, #cond);            \
-            failures++;                                                                              \
-        }                                                                                            \
-    } while (0)
 
 enum { NT = 3 };
 static const fsdp_ckpt_tensor TENSORS[NT] = {
@@ -105,11 +97,8 @@ static void same_failure(int rc, const fsdp_err *err, const char *a, const char 
     char first[1024];
     memcpy(first, err->msg, sizeof first);
     MPI_Bcast(first, sizeof first, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (rc != -1 || !strstr(err->msg, a) || (b && !strstr(err->msg, b)) || strcmp(first, err->msg)) {
-        fprintf(stderr, "FAIL rank %d line %d: want '%s'%s%s, got %d: %s\n", rank, line, a, b ? " and " : "",
-                b ? b : "", rc, err->msg);
-        failures++;
-    }
+    check_quiet(rc == -1 && strstr(err->msg, a) && (!b || strstr(err->msg, b)) && !strcmp(first, err->msg),
+                "line %d: want '%s'%s%s, got %d: %s", line, a, b ? " and " : "", b ? b : "", rc, err->msg);
 }
 
 /* Rank 0 edits the file serially: flips one byte of a dataset, or rewrites an integer attribute. */
@@ -269,9 +258,7 @@ int main(int argc, char **argv) {
 
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) unlink(good), rmdir(dir);
-    int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf(total ? "test_ckpt_stages: %d failure(s)\n" : "test_ckpt_stages: ok (%d ranks)\n", total ? total : size);
+    int status = mpi_check_summary("test_ckpt_stages");
     MPI_Finalize();
-    return total ? 1 : 0;
+    return status;
 }

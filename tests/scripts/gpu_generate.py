@@ -24,24 +24,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import fsdptest as t
 
-other = os.environ.get("FSDP_HF_PYTHON")
-if other and os.path.realpath(other) != os.path.realpath(sys.executable):
-    os.execv(other, [other] + sys.argv)
-
-if t.has_cuda_backend() < 1:
-    print("gpu_generate: SKIPPED (needs a GPU and fsdp.c's CUDA backend)")
-    sys.exit(77)
-try:
-    import torch
-    import transformers
-except ImportError as e:
-    print("gpu_generate: SKIPPED (%s: %s lacks torch/transformers; set FSDP_HF_PYTHON)" % (e, sys.executable))
-    sys.exit(77)
+torch, transformers = t.hf_torch("gpu_generate")
 
 NEW = 64
 PROMPT = [1, 450, 4996, 338, 263, 1243, 310, 278, 3186, 29892, 322, 372]
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
 
 SHAPE = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
              max_position_embeddings=512, eos_token_id=None)

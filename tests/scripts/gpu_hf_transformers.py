@@ -38,20 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import fsdptest as t
 
-other = os.environ.get("FSDP_HF_PYTHON")
-if other and os.path.realpath(other) != os.path.realpath(sys.executable):
-    os.execv(other, [other] + sys.argv)
-
-if t.has_cuda_backend() < 1:
-    print("gpu_hf_transformers: SKIPPED (needs a GPU and fsdp.c's CUDA backend)")
-    sys.exit(77)
-try:
-    import numpy as np
-    import torch
-    import transformers
-except ImportError as e:
-    print("gpu_hf_transformers: SKIPPED (%s: %s lacks torch/transformers; set FSDP_HF_PYTHON)" % (e, sys.executable))
-    sys.exit(77)
+torch, transformers = t.hf_torch("gpu_hf_transformers")
+import numpy as np  # transformers requires numpy
 import safetensors_np as st
 
 TOOL = os.path.join(t.TOOLS, "hf_logits")
@@ -59,8 +47,6 @@ SEQ = 32
 LR, EPS = 1.0, 1.0
 LOSS_TOL, UPDATE_TOL, LOGIT_TOL, BF16_LOGIT_TOL = 1e-5, 1e-4, 1e-5, 3e-2
 DEVICE = "cuda"
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
 
 # One entry per family: the transformers config class and its fields; `avoid` are token ids the
 # window must not hold (OPT's padding id, whose embedding row nn.Embedding(padding_idx) freezes).

@@ -19,7 +19,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import fsdptest as t
-from slurm_cluster import SlurmCluster, SlurmError, SlurmUnavailable
+import slurm_test
+from slurm_cluster import SlurmError
 
 JOB = os.path.join(t.ROOT, "jobs", "finetune.slurm")
 start = time.time()
@@ -64,20 +65,11 @@ with open(alpaca, "w") as f:
     json.dump(records, f)
 
 run_dir = os.path.join(work, "run")
-env = {"DEVICE": "cpu", "FSDP_BIN": t.BIN, "RESULTS_DIR": os.path.join(work, "results"), "MICRO_BATCH_SIZE": "2",
-       "SEQUENCE_LEN": "64", "MEMORY_LIMIT": "0.5", "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
-       "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+env = slurm_test.cpu_job_env(os.path.join(work, "results"), MICRO_BATCH_SIZE="2", SEQUENCE_LEN="64",
+                              MEMORY_LIMIT="0.5")
 args = ["--init-from", pretrained, "--data", alpaca, "--steps", "6", "--eval-every", "3", "--lr", "1e-3", "--warmup",
         "1", "--val-fraction", "0.2", "--run-dir", run_dir]
-try:
-    cluster = SlurmCluster(gpus=2).start()
-except SlurmUnavailable as e:
-    print("SKIPPED: %s" % e)
-    sys.exit(77)
-except SlurmError as e:
-    t.fail("the one-node SLURM cluster did not start: %s" % e)
-    t.finish()
-print("ok: a one-node SLURM cluster is up in %.1f s (%s)" % (time.time() - start, cluster.dir), flush=True)
+cluster = slurm_test.start_cluster(start, gpus=2)
 job = None
 try:
     job = cluster.sbatch(JOB, ["--ntasks-per-node", "2", "--gres", "gpu:2", "--cpus-per-task", "1"], env=env, cwd=work,

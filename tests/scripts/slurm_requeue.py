@@ -29,7 +29,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import ckpttest as c
 import fsdptest as t
-from slurm_cluster import SlurmCluster, SlurmError, SlurmUnavailable
+import slurm_test
+from slurm_cluster import SlurmError
 
 # Long enough that the time-limit job is still running when SLURM signals it some 10 s into the job
 # on a fast machine (120 steps took 4 s on CI's, and its job ended unsignalled).
@@ -40,9 +41,8 @@ work = t.tmpdir("slurm_requeue")
 results = os.path.join(work, "results")
 # fp32 on the CPU: a resumed run is bit for bit the uninterrupted one. A step takes 0.025-0.1 s alone,
 # up to three times that with the three jobs sharing two cores: the signals land mid-run.
-env = {"DEVICE": "cpu", "FSDP_BIN": t.BIN, "RESULTS_DIR": results, "MODEL_PRECISION": "fp32", "MIXED_PRECISION": "no",
-       "MICRO_BATCH_SIZE": "8", "SEQUENCE_LEN": "64", "MAX_STEPS": str(STEPS), "OMP_NUM_THREADS": "1",
-       "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+env = slurm_test.cpu_job_env(results, MODEL_PRECISION="fp32", MIXED_PRECISION="no", MICRO_BATCH_SIZE="8",
+                              SEQUENCE_LEN="64", MAX_STEPS=str(STEPS))
 # Two ranks on one node; the script asks for 4 GPUs, 20 CPUs per task (MareNostrum 5) and the node
 # to itself: here the three jobs share the node's two CPUs.
 shape = ["--ntasks-per-node", "2", "--gres", "gpu:2", "--cpus-per-task", "1", "--oversubscribe"]
@@ -60,16 +60,8 @@ def read(path):
         return ""
 
 
-try:
-    # SLURM waits 120 s before it starts a requeued job again; 5 s here.
-    cluster = SlurmCluster(gpus=8, requeue_delay=5).start()
-except SlurmUnavailable as e:
-    print("SKIPPED: %s" % e)
-    sys.exit(77)
-except SlurmError as e:
-    t.fail("the one-node SLURM cluster did not start: %s" % e)
-    t.finish()
-print("ok: a one-node SLURM cluster is up in %.1f s (%s)" % (time.time() - start, cluster.dir), flush=True)
+# SLURM waits 120 s before it starts a requeued job again; 5 s here.
+cluster = slurm_test.start_cluster(start, gpus=8, requeue_delay=5)
 
 def at_step(job, step):
     return re.search(r"^step +%d/" % step, read(os.path.join(run_dir(job), "train.log")), re.M)

@@ -18,27 +18,19 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import fsdptest as t
 import report_check as rc
-from slurm_cluster import SlurmCluster, SlurmError, SlurmUnavailable
+import slurm_test
+from slurm_cluster import SlurmError
 
 JOBS = os.path.join(t.ROOT, "jobs")
 start = time.time()
 work = t.tmpdir("slurm_sweeps")
 results = os.path.join(work, "results")
 # What a user sets for a test on CPUs: the rest are the scripts' defaults.
-env = {"DEVICE": "cpu", "FSDP_BIN": t.BIN, "RESULTS_DIR": results, "MICRO_BATCH_SIZE": "2", "MAX_STEPS": "3", "SEQUENCE_LEN": "32", "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
-       "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+env = slurm_test.cpu_job_env(results, MICRO_BATCH_SIZE="2", MAX_STEPS="3", SEQUENCE_LEN="32")
 # The scripts ask for 20 CPUs per GPU (MareNostrum 5); this node has a few.
 cpus = ["--cpus-per-task", "1"]
 
-try:
-    cluster = SlurmCluster(gpus=2).start()
-except SlurmUnavailable as e:
-    print("SKIPPED: %s" % e)
-    sys.exit(77)
-except SlurmError as e:
-    t.fail("the one-node SLURM cluster did not start: %s" % e)
-    t.finish()
-print("ok: a one-node SLURM cluster is up in %.1f s (%s)" % (time.time() - start, cluster.dir), flush=True)
+cluster = slurm_test.start_cluster(start, gpus=2)
 
 try:
     ladder = cluster.sbatch(os.path.join(JOBS, "ladder.slurm"), cpus, env=env, cwd=work)

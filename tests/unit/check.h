@@ -6,7 +6,9 @@
  *  - check_close(what, err, tol) is check_that(err <= tol) with err and tol on the line (a NaN err
  *    fails);
  *  - check_count(ok) counts without a line (for the passing rows of a long table; print the failing
- *    ones with check_that instead).
+ *    ones with check_that instead);
+ *  - check_quiet(ok, fmt, ...) is check_count(ok) that prints "FAIL: ..." when false (a check
+ *    inside a loop, or one whose message says what went wrong).
  * One copy per test program (each tests/unit/test_*.c is its own executable). */
 #ifndef FSDP_TESTS_UNIT_CHECK_H
 #define FSDP_TESTS_UNIT_CHECK_H
@@ -31,15 +33,30 @@ static inline int check_count(int ok) {
     return ok;
 }
 
+static inline void check_vline(int ok, const char *fmt, va_list ap) {
+    printf("%s ", ok ? "ok:  " : "FAIL:");
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout); /* a test that crashes later still shows every line before */
+}
+
 static inline int check_that(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline int check_that(int ok, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    printf("%s ", ok ? "ok:  " : "FAIL:");
-    vprintf(fmt, ap);
+    check_vline(ok, fmt, ap);
     va_end(ap);
-    printf("\n");
-    fflush(stdout); /* a test that crashes later still shows every line before */
+    return check_count(ok);
+}
+
+static inline int check_quiet(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline int check_quiet(int ok, const char *fmt, ...) {
+    if (!ok) {
+        va_list ap;
+        va_start(ap, fmt);
+        check_vline(ok, fmt, ap);
+        va_end(ap);
+    }
     return check_count(ok);
 }
 

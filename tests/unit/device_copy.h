@@ -8,8 +8,8 @@
 
 #include "backend/backend.h"
 
-static void *test_to_device(fsdp_backend *be, const float *x, size_t n, fsdp_dtype t) {
-    void *d = be->runtime->alloc(be, n * be->runtime->dtype_size(be, t), "test");
+/* Into d, which holds n elements of dtype t. */
+static inline void test_copy_to_device(fsdp_backend *be, void *d, const float *x, size_t n, fsdp_dtype t) {
     if (be->runtime->dtype_size(be, t) == 2) {
         uint16_t *h = malloc(n * 2);
         for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(x[i]);
@@ -20,10 +20,15 @@ static void *test_to_device(fsdp_backend *be, const float *x, size_t n, fsdp_dty
         be->runtime->copy_h2d(be, d, x, n * 4, be->compute);
         be->runtime->stream_synchronize(be, be->compute);
     }
+}
+
+static inline void *test_to_device(fsdp_backend *be, const float *x, size_t n, fsdp_dtype t) {
+    void *d = be->runtime->alloc(be, n * be->runtime->dtype_size(be, t), "test");
+    test_copy_to_device(be, d, x, n, t);
     return d;
 }
 
-static float *test_to_host(fsdp_backend *be, const void *d, size_t n, fsdp_dtype t) {
+static inline float *test_to_host(fsdp_backend *be, const void *d, size_t n, fsdp_dtype t) {
     float *x = malloc(n * 4);
     be->runtime->stream_synchronize(be, be->compute);
     if (be->runtime->dtype_size(be, t) == 2) {

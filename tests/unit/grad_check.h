@@ -1,31 +1,19 @@
 /* Shared by the CPU op tests (test_ops_grad.c, test_dropout_ops.c): a fixed-seed random source,
- * allocation helpers, one-line checks, the comparison of an output with a double reference, and the
+ * allocation helpers, the comparison of an output with a double reference, and the
  * gradient checker (central finite differences element by element and along one random direction).
  * Header-only: each test program includes it once. */
 #ifndef FSDP_TESTS_GRAD_CHECK_H
 #define FSDP_TESTS_GRAD_CHECK_H
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
+
 /* ---- small utilities -------------------------------------------------------------------------- */
-
-static int g_failures = 0;
-
-static inline void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static inline void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (!ok) g_failures++;
-}
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
@@ -79,8 +67,8 @@ static inline void compare(const char *what, const float *got, const double *ref
         if (!(e <= worst)) worst = e; /* NaN sticks */
         if (!(r <= worst_ratio)) worst_ratio = r;
     }
-    check(worst_ratio <= 1.0, "%-40s forward vs double reference: max abs err %.2e (err/tol %.3f)", what, worst,
-          worst_ratio);
+    check_that(worst_ratio <= 1.0, "%-40s forward vs double reference: max abs err %.2e (err/tol %.3f)", what, worst,
+               worst_ratio);
 }
 
 /* ---- the gradient checker ---------------------------------------------------------------------- */
@@ -172,11 +160,11 @@ static inline double fd_direction(loss_fn f, void *ctx, const grad_param *ps, in
 static inline void check_grads(const char *op, loss_fn f, void *ctx, const grad_param *ps, int np) {
     for (int k = 0; k < np; k++) {
         double max_err, worst = fd_elements(f, ctx, &ps[k], &max_err);
-        check(worst <= 1.0, "%-40s d%-8s %4zu elems: max |fd-an| %.2e (err/tol %.3f)", op, ps[k].name, ps[k].n,
-              max_err, worst);
+        check_that(worst <= 1.0, "%-40s d%-8s %4zu elems: max |fd-an| %.2e (err/tol %.3f)", op, ps[k].name, ps[k].n,
+                   max_err, worst);
     }
     double rel, worst = fd_direction(f, ctx, ps, np, &rel);
-    check(worst <= 1.0, "%-40s directional derivative: rel err %.2e (err/tol %.3f)", op, rel, worst);
+    check_that(worst <= 1.0, "%-40s directional derivative: rel err %.2e (err/tol %.3f)", op, rel, worst);
 }
 
 #endif

@@ -149,30 +149,27 @@ static size_t rc_diff(const float *x, const float *y, size_t n, double *rel) {
 static int rc_compare(const char *label, const fsdp_layout *l, int B, int T, int C, const rc_result *a,
                       const rc_result *b, double embed_tol, int expect_same) {
     int differ = 0;
-    char what[256];
     double rel;
     int same_loss = memcmp(&a->loss, &b->loss, sizeof(float)) == 0 && memcmp(&a->eval_loss, &b->eval_loss, 4) == 0;
     differ += !same_loss;
     if (expect_same && !same_loss)
-        printf("  FAIL %s: loss %.9g vs %.9g, evaluation loss %.9g vs %.9g\n", label, (double)a->loss, (double)b->loss,
+        printf("  %s: loss %.9g vs %.9g, evaluation loss %.9g vs %.9g\n", label, (double)a->loss, (double)b->loss,
                (double)a->eval_loss, (double)b->eval_loss);
     size_t n = rc_diff(a->dres, b->dres, (size_t)B * T * C, &rel);
     differ += n > 0;
-    if (expect_same && n) printf("  FAIL %s: gradient at the embedding output: %zu elements differ (rel %.2e)\n", label, n, rel);
+    if (expect_same && n)
+        printf("  %s: gradient at the embedding output: %zu elements differ (rel %.2e)\n", label, n, rel);
     for (int u = 0; u < l->num_units; u++) {
         n = rc_diff(a->grads[u], b->grads[u], (size_t)l->units[u].numel, &rel);
         int embed_ok = u == 0 && embed_tol > 0 && rel <= embed_tol;
         differ += n > 0 && !embed_ok;
         if (expect_same && n && !embed_ok)
-            printf("  FAIL %s: unit %d gradient: %zu of %lld elements differ (rel %.2e)\n", label, u, n,
+            printf("  %s: unit %d gradient: %zu of %lld elements differ (rel %.2e)\n", label, u, n,
                    (long long)l->units[u].numel, rel);
     }
-    if (expect_same) {
-        check_count(!differ);
-        snprintf(what, sizeof what, "%s: loss %.6f, evaluation loss and %d units' gradients %s", label,
-                 (double)a->loss, l->num_units, embed_tol > 0 ? "bit for bit (embedding within rounding)" : "bit for bit");
-        if (!differ) printf("  ok   %s\n", what);
-    }
+    if (expect_same)
+        check_that(!differ, "%s: loss %.6f, evaluation loss and %d units' gradients %s", label, (double)a->loss,
+                   l->num_units, embed_tol > 0 ? "bit for bit (embedding within rounding)" : "bit for bit");
     return differ;
 }
 
@@ -195,16 +192,16 @@ static void rc_configuration(fsdp_backend *be, const char *name, const fsdp_mode
         char what[320];
         snprintf(what, sizeof what, "%s, --recompute %s vs none", label, fsdp_recompute_name((fsdp_recompute)mode));
         rc_compare(what, &l, B, T, cfg->hidden_size, &other, &none, embed_tol, 1);
-        if (!check_count(other.arena < last))
-            printf("  FAIL %s: the arena does not shrink (%zu bytes, %zu before)\n", what, other.arena, last);
+        check_quiet(other.arena < last, "%s: the arena does not shrink (%zu bytes, %zu before)", what, other.arena,
+                    last);
         last = other.arena;
         rc_free(&other, l.num_units);
     }
     int b0 = fsdp_unit_block(&l, 0);
     hp[b0][l.units[b0].numel / 2] += 0.25f;
     rc_run(be, cfg, &l, hp, attn, B, T, FSDP_RECOMPUTE_NONE, &other);
-    if (!check_count(rc_compare(label, &l, B, T, cfg->hidden_size, &other, &none, embed_tol, 0) != 0))
-        printf("  FAIL %s: a changed weight of layer 0 changes nothing the comparison sees\n", label);
+    check_quiet(rc_compare(label, &l, B, T, cfg->hidden_size, &other, &none, embed_tol, 0) != 0,
+                "%s: a changed weight of layer 0 changes nothing the comparison sees", label);
     rc_free(&other, l.num_units);
     rc_free(&none, l.num_units);
     for (int u = 0; u < l.num_units; u++) free(hp[u]);

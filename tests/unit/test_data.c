@@ -326,10 +326,5 @@ int main(void) {
         remove(path);
     }
     rmdir(dir);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_data: all checks passed\n");
-    return 0;
+    return check_summary("test_data");
 }

@@ -26,6 +26,7 @@
 #include "kernels/dropout.h"
 #include "kernels/ops_cpu.h"
 
+#include "attention_rig.h"
 #include "grad_check.h"
 
 /* ---- the generator ------------------------------------------------------------------------------ */
@@ -45,7 +46,7 @@ static void test_philox_known_answers(void) {
         fsdp_philox4 r = fsdp_philox4x32_10(v[0], v[1], v[2], v[3], v[4], v[5]);
         for (int i = 0; i < 4; i++) ok &= r.w[i] == v[6 + i];
     }
-    check(ok, "%-40s Random123 known-answer vectors (3)", "philox4x32-10");
+    check_that(ok, "%-40s Random123 known-answer vectors (3)", "philox4x32-10");
 }
 
 static void test_rate(void) {
@@ -57,7 +58,7 @@ static void test_rate(void) {
     ok &= t.threshold == 0 && !fsdp_dropout_active(&t); /* rounds to nothing dropped */
     ok &= fsdp_dropout_rate_ok(0.0) && fsdp_dropout_rate_ok(0.999) && !fsdp_dropout_rate_ok(1.0) &&
           !fsdp_dropout_rate_ok(-0.1) && !fsdp_dropout_rate_ok(NAN);
-    check(ok, "%-40s thresholds round(p 2^32), scales 1/(1-p), p = 1 refused", "dropout rate");
+    check_that(ok, "%-40s thresholds round(p 2^32), scales 1/(1-p), p = 1 refused", "dropout rate");
 }
 
 /* Kept fraction of n residual elements (rows of T x C from sample_base) and agreement with a second
@@ -88,7 +89,7 @@ static void test_statistics(void) {
         count_rows(&d, NULL, N, T, C, &kept, &agree);
         long n = (long)N * C;
         int ok = within((double)kept / n, 1.0 - p, n, &s);
-        check(ok, "%-40s p %.1f: kept %.5f of %ld (%.1f sigma)", "residual mask", p, (double)kept / n, n, s);
+        check_that(ok, "%-40s p %.1f: kept %.5f of %ld (%.1f sigma)", "residual mask", p, (double)kept / n, n, s);
         /* Probabilities: every (b, h, i, j) of 2 samples x 8 heads x 256 x 256. */
         fsdp_dropout a = fsdp_dropout_make(p, 1234, 77, 3, FSDP_DROPOUT_ATTN_PROBS);
         long pk = 0, pn = 0;
@@ -97,7 +98,7 @@ static void test_statistics(void) {
                 for (int i = 0; i < 256; i++)
                     for (int j = 0; j < 256; j++, pn++) pk += fsdp_dropout_keep_probs(&a, b, h, i, j, 256);
         ok = within((double)pk / pn, 1.0 - p, pn, &s);
-        check(ok, "%-40s p %.1f: kept %.5f of %ld (%.1f sigma)", "probability mask", p, (double)pk / pn, pn, s);
+        check_that(ok, "%-40s p %.1f: kept %.5f of %ld (%.1f sigma)", "probability mask", p, (double)pk / pn, pn, s);
     }
     /* Independence of the counter's fields: two masks that differ in one field must agree as often
      * as independent ones (p^2 + (1-p)^2), not always. */
@@ -113,8 +114,8 @@ static void test_statistics(void) {
         double s;
         count_rows(&base, &other[k], 64, 64, 2048, &kept, &agree);
         int ok = within((double)agree / n, p * p + (1 - p) * (1 - p), n, &s);
-        check(ok, "%-40s masks differing in %-6s agree on %.4f (%.1f sigma)", "mask independence", field[k],
-              (double)agree / n, s);
+        check_that(ok, "%-40s masks differing in %-6s agree on %.4f (%.1f sigma)", "mask independence", field[k],
+                   (double)agree / n, s);
     }
 }
 
@@ -144,8 +145,8 @@ static void test_probs_groups(void) {
                     ok &= owner[g * 3 + k] == who[k];
                 }
             }
-    check(ok, "%-40s T %d: one (group, word) per element, groups inside one lane in both layouts",
-          "probability groups", T);
+    check_that(ok, "%-40s T %d: one (group, word) per element, groups inside one lane in both layouts",
+               "probability groups", T);
     free(seen);
     free(owner);
 }
@@ -181,13 +182,13 @@ static void test_residual_dropout(void) {
             ref[r * c.C + k] = (double)c.res[r * c.C + k] + (keep ? (double)c.x[r * c.C + k] * c.d.scale : 0.0);
         }
     compare("residual_dropout_forward p 0.3", c.out, ref, n, 1e-7, 1e-6);
-    check(kept > 0 && kept < (long)n, "%-40s kept %ld of %zu (some of each)", "residual_dropout_forward", kept, n);
+    check_that(kept > 0 && kept < (long)n, "%-40s kept %ld of %zu (some of each)", "residual_dropout_forward", kept, n);
 
     float *a = copy_f(c.res, n), *b = copy_f(c.x, n); /* out aliasing residual, then x */
     cpu_residual_dropout_forward(a, a, c.x, c.N, c.T, c.C, &c.d);
     cpu_residual_dropout_forward(b, c.res, b, c.N, c.T, c.C, &c.d);
-    check(!memcmp(a, c.out, n * 4) && !memcmp(b, c.out, n * 4), "%-40s out aliasing residual or x: same bits",
-          "residual_dropout_forward");
+    check_that(!memcmp(a, c.out, n * 4) && !memcmp(b, c.out, n * 4), "%-40s out aliasing residual or x: same bits",
+               "residual_dropout_forward");
 
     float *dx = alloc_f(n), *dres = copy_f(c.R, n);
     fill_nan(dx, n);
@@ -200,7 +201,7 @@ static void test_residual_dropout(void) {
     float *inplace = copy_f(c.R, n);
     cpu_dropout_backward(inplace, inplace, c.N, c.T, c.C, &c.d);
     exact &= !memcmp(inplace, dx, n * 4);
-    check(exact, "%-40s dx = keep . dout / (1 - p) exactly, also in place", "dropout_backward");
+    check_that(exact, "%-40s dx = keep . dout / (1 - p) exactly, also in place", "dropout_backward");
     grad_param ps[2] = {{"x", c.x, n, dx}, {"residual", c.res, n, dres}};
     check_grads("residual_dropout p 0.3 (mask fixed)", rd_loss, &c, ps, 2);
 
@@ -211,9 +212,9 @@ static void test_residual_dropout(void) {
     cpu_residual_dropout_forward(o0, c.res, c.x, c.N, c.T, c.C, &z);
     cpu_residual_dropout_forward(o1, c.res, c.x, c.N, c.T, c.C, NULL);
     cpu_dropout_backward(d0, c.R, c.N, c.T, c.C, &z);
-    check(!memcmp(o0, plain, n * 4) && !memcmp(o1, plain, n * 4) && !memcmp(d0, c.R, n * 4),
-          "%-40s p 0 and NULL: out = residual + x, dx = dout (bitwise)", "residual dropout");
-    check(memcmp(c.out, plain, n * 4) != 0, "%-40s p 0.3 changes the result", "residual dropout");
+    check_that(!memcmp(o0, plain, n * 4) && !memcmp(o1, plain, n * 4) && !memcmp(d0, c.R, n * 4),
+               "%-40s p 0 and NULL: out = residual + x, dx = dout (bitwise)", "residual dropout");
+    check_that(memcmp(c.out, plain, n * 4) != 0, "%-40s p 0.3 changes the result", "residual dropout");
     free(c.res), free(c.x), free(c.out), free(c.R), free(ref), free(a), free(b), free(dx), free(dres);
     free(inplace), free(o0), free(o1), free(plain), free(d0);
 }
@@ -233,102 +234,30 @@ static void test_residual_split(void) {
     cpu_dropout_backward(dw, x, B * T, T, C, &d);
     cpu_dropout_backward(dp, x, T, T, C, &d1);
     cpu_dropout_backward(dp + n1, x + n1, 3 * T, T, C, &d3);
-    check(!memcmp(whole, parts, n * 4) && !memcmp(dw, dp, n * 4),
-          "%-40s 4 samples at once == 1 + 3 (bitwise, forward and backward)", "residual dropout split");
+    check_that(!memcmp(whole, parts, n * 4) && !memcmp(dw, dp, n * 4),
+               "%-40s 4 samples at once == 1 + 3 (bitwise, forward and backward)", "residual dropout split");
     free(res), free(x), free(whole), free(parts), free(dw), free(dp);
 }
 
 /* ---- attention ---------------------------------------------------------------------------------- */
 
-typedef struct {
-    int B, T, Hq, Hkv, D, eager;
-    fsdp_dropout d;
-    float *qkv, *out, *lse, *probs, *R;
-} ad_ctx;
-
-static size_t ad_nqkv(const ad_ctx *c) { return (size_t)c->B * c->T * (c->Hq + 2 * c->Hkv) * c->D; }
-static size_t ad_nout(const ad_ctx *c) { return (size_t)c->B * c->T * c->Hq * c->D; }
-
-static double ad_loss(void *p) {
-    ad_ctx *c = p;
-    cpu_attention_forward(c->out, c->lse, c->eager ? c->probs : NULL, c->qkv, c->B, c->T, c->Hq, c->Hkv, c->D,
-                          &c->d);
-    return dot_d(c->out, c->R, ad_nout(c));
-}
-
-/* Causal GQA attention in double with the mask applied to the normalised probabilities. */
-static void ad_reference(const ad_ctx *c, double *out, double *lse, double *probs) {
-    int W = (c->Hq + 2 * c->Hkv) * c->D, grp = c->Hq / c->Hkv, T = c->T, D = c->D;
-    double *s = malloc((size_t)T * sizeof(double));
-    for (int b = 0; b < c->B; b++)
-        for (int h = 0; h < c->Hq; h++)
-            for (int t = 0; t < T; t++) {
-                const float *q = c->qkv + (size_t)(b * T + t) * W + h * D;
-                double mx = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
-                    const float *k = c->qkv + (size_t)(b * T + j) * W + (c->Hq + h / grp) * D;
-                    s[j] = 0.0;
-                    for (int i = 0; i < D; i++) s[j] += (double)q[i] * k[i];
-                    s[j] /= sqrt((double)D);
-                    mx = fmax(mx, s[j]);
-                }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
-                size_t row = ((size_t)b * c->Hq + h) * T + t;
-                lse[row] = mx + log(sum);
-                double *o = out + (size_t)(b * T + t) * c->Hq * D + h * D;
-                for (int i = 0; i < D; i++) o[i] = 0.0;
-                for (int j = 0; j < T; j++) {
-                    double pj = j <= t ? exp(s[j] - lse[row]) : 0.0;
-                    probs[row * T + j] = pj;
-                    if (j > t || !fsdp_dropout_keep_probs(&c->d, b, h, t, j, T)) continue;
-                    const float *v = c->qkv + (size_t)(b * T + j) * W + (c->Hq + c->Hkv + h / grp) * D;
-                    for (int i = 0; i < D; i++) o[i] += pj * v[i] / (1.0 - (double)c->d.p);
-                }
-            }
-    free(s);
-}
-
+/* Attention with the mask applied to the normalised probabilities against the double reference,
+ * both backward paths against finite differences; and p does change out, not lse. */
 static void test_attention_dropout(int B, int T, int Hq, int Hkv, int D, double p) {
-    ad_ctx c = {.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D};
-    c.d = fsdp_dropout_make(p, 4242, 31, 5, FSDP_DROPOUT_ATTN_PROBS);
-    size_t nq = ad_nqkv(&c), no = ad_nout(&c), nl = (size_t)B * Hq * T, np_ = nl * T;
-    c.qkv = rand_f(nq, 1.5f), c.out = alloc_f(no), c.lse = alloc_f(nl), c.probs = alloc_f(np_);
-    c.R = rand_f(no, 1.0f);
-    double *rout = malloc(no * sizeof(double)), *rlse = malloc(nl * sizeof(double));
-    double *rprobs = malloc(np_ * sizeof(double));
-    ad_reference(&c, rout, rlse, rprobs);
-    float *dq[2], *plain = alloc_f(no), *plain_lse = alloc_f(nl);
+    fsdp_dropout d = fsdp_dropout_make(p, 4242, 31, 5, FSDP_DROPOUT_ATTN_PROBS);
+    attn_ctx c = {.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D, .drop = &d};
+    attn_setup(&c);
+    size_t no = attn_out_numel(&c), nl = (size_t)B * Hq * T;
+    float *plain = alloc_f(no), *plain_lse = alloc_f(nl);
     cpu_attention_forward(plain, plain_lse, NULL, c.qkv, B, T, Hq, Hkv, D, NULL);
-    for (int eager = 1; eager >= 0; eager--) {
-        char what[96], sub[128];
-        snprintf(what, sizeof what, "attention p %.2f B%d T%d Hq%d Hkv%d D%d %s", p, B, T, Hq, Hkv, D,
-                 eager ? "probs" : "flash");
-        c.eager = eager;
-        fill_nan(c.out, no);
-        fill_nan(c.lse, nl);
-        fill_nan(c.probs, np_);
-        ad_loss(&c);
-        compare(what, c.out, rout, no, 1e-6, 1e-5);
-        snprintf(sub, sizeof sub, "%s lse (undropped)", what);
-        compare(sub, c.lse, rlse, nl, 1e-6, 1e-6);
-        if (eager) {
-            snprintf(sub, sizeof sub, "%s P (undropped)", what);
-            compare(sub, c.probs, rprobs, np_, 1e-7, 1e-5);
-        }
-        dq[eager] = alloc_f(nq);
-        fill_nan(dq[eager], nq);
-        cpu_attention_backward(dq[eager], c.R, c.qkv, c.out, c.lse, eager ? c.probs : NULL, B, T, Hq, Hkv, D, &c.d);
-        grad_param gp = {"qkv", c.qkv, nq, dq[eager]};
-        check_grads(what, ad_loss, &c, &gp, 1);
-    }
-    double worst = 0.0;
-    for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs((double)dq[0][i] - dq[1][i]));
-    check(worst <= 1e-6, "%-40s dqkv stored vs recomputed probs: max diff %.2e", "attention dropout", worst);
-    ad_loss(&c); /* the gradient checks left perturbed outputs */
-    check(memcmp(plain, c.out, no * 4) != 0 && !memcmp(plain_lse, c.lse, nl * 4),
-          "%-40s p %.2f changes out, not lse", "attention dropout", p);
-    free(c.qkv), free(c.out), free(c.lse), free(c.probs), free(c.R), free(rout), free(rlse), free(rprobs);
-    free(dq[0]), free(dq[1]), free(plain), free(plain_lse);
+    char label[32];
+    snprintf(label, sizeof label, "attention p %.2f", p);
+    attn_check_paths(&c, label, "attention dropout");
+    attn_loss(&c); /* the gradient checks left perturbed outputs */
+    check_that(memcmp(plain, c.out, no * 4) != 0 && !memcmp(plain_lse, c.lse, nl * 4),
+               "%-40s p %.2f changes out, not lse", "attention dropout", p);
+    attn_free(&c);
+    free(plain), free(plain_lse);
 }
 
 /* p = 0 and NULL give the dropout-free bits; a 3-sample micro-batch equals 1 + 2 samples. */
@@ -344,8 +273,8 @@ static void test_attention_exact_cases(void) {
     cpu_attention_backward(g[0], dout, qkv, o[0], l[0], NULL, B, T, Hq, Hkv, D, NULL);
     cpu_attention_forward(o[1], l[1], NULL, qkv, B, T, Hq, Hkv, D, &z);
     cpu_attention_backward(g[1], dout, qkv, o[1], l[1], NULL, B, T, Hq, Hkv, D, &z);
-    check(!memcmp(o[0], o[1], no * 4) && !memcmp(l[0], l[1], nl * 4) && !memcmp(g[0], g[1], nq * 4),
-          "%-40s p 0 == no dropout (bitwise, forward and backward)", "attention dropout");
+    check_that(!memcmp(o[0], o[1], no * 4) && !memcmp(l[0], l[1], nl * 4) && !memcmp(g[0], g[1], nq * 4),
+               "%-40s p 0 == no dropout (bitwise, forward and backward)", "attention dropout");
 
     fsdp_dropout d = fsdp_dropout_make(0.2, 5, 10, 0, FSDP_DROPOUT_ATTN_PROBS), d2 = d;
     d2.sample_base = d.sample_base + 1;
@@ -356,8 +285,8 @@ static void test_attention_exact_cases(void) {
     cpu_attention_backward(g[2], dout, qkv, o[2], l[2], NULL, 1, T, Hq, Hkv, D, &d);
     cpu_attention_forward(o[2] + to, l[2] + tl, NULL, qkv + tq, 2, T, Hq, Hkv, D, &d2);
     cpu_attention_backward(g[2] + tq, dout + to, qkv + tq, o[2] + to, l[2] + tl, NULL, 2, T, Hq, Hkv, D, &d2);
-    check(!memcmp(o[1], o[2], no * 4) && !memcmp(g[1], g[2], nq * 4),
-          "%-40s 3 samples at once == 1 + 2 (bitwise, forward and backward)", "attention dropout split");
+    check_that(!memcmp(o[1], o[2], no * 4) && !memcmp(g[1], g[2], nq * 4),
+               "%-40s 3 samples at once == 1 + 2 (bitwise, forward and backward)", "attention dropout split");
     for (int k = 0; k < 3; k++) free(o[k]), free(l[k]), free(g[k]);
     free(qkv), free(dout);
 }
@@ -405,9 +334,9 @@ static void test_attention_probes(void) {
                 for (int j = 0; j <= t; j++)
                     bad[2] += (g[(size_t)(b * T + t) * W + (size_t)h * D + j] == 0.0f) !=
                               !fsdp_dropout_keep_probs(&d, b, h, t, j, T);
-    check(!bad[0] && !bad[1] && !bad[2] && dropped > 0,
-          "%-40s zeros == dropped: out %ld, dV %ld, dQ %ld mismatches (%ld dropped)", "attention mask probes", bad[0],
-          bad[1], bad[2], dropped);
+    check_that(!bad[0] && !bad[1] && !bad[2] && dropped > 0,
+               "%-40s zeros == dropped: out %ld, dV %ld, dQ %ld mismatches (%ld dropped)", "attention mask probes",
+               bad[0], bad[1], bad[2], dropped);
     free(qkv), free(dout), free(out), free(lse), free(g), free(onehot), free(zero);
 }
 
@@ -434,7 +363,7 @@ static void test_threads(void) {
         if (th > 1) same &= memcmp(ref, got, total * sizeof(float)) == 0;
     }
     omp_set_num_threads(saved);
-    check(same, "%-40s bitwise equal with 1, 2 and 3 threads", "dropout ops (attention, residual)");
+    check_that(same, "%-40s bitwise equal with 1, 2 and 3 threads", "dropout ops (attention, residual)");
     free(qkv), free(dout), free(res), free(x), free(ref), free(got);
 }
 
@@ -451,10 +380,5 @@ int main(void) {
     test_attention_exact_cases();
     test_attention_probes();
     test_threads();
-    if (g_failures) {
-        printf("%d check(s) FAILED\n", g_failures);
-        return 1;
-    }
-    printf("all checks passed\n");
-    return 0;
+    return check_summary("test_dropout_ops");
 }

@@ -16,7 +16,6 @@
  *    CPU's (must be 0); the eager softmax's dropped probabilities likewise.
  * Prints one line per case; exits 1 on any failure, 77 when there is no GPU. `--quick` skips the
  * T = 1024 cases (for runs under compute-sanitizer). */
-#include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,82 +23,20 @@
 #include <string.h>
 
 #include "base/dtype.h"
+#include "check.h"
 #include "kernels/ops_cpu.h"
 #include "kernels/ops_cuda.h"
-
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "test_gpu_attention: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,       \
-                    cudaGetErrorString(e_));                                                                 \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
-
-static int g_failures = 0;
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
-
-static double rnd(void) { /* splitmix64, [0, 1) */
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "test_gpu_attention: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-/* n values uniform in (-a, a), rounded to bf16 when the test runs in bf16 (so that the CPU sees
- * exactly what the GPU sees). */
-static float *rand_vec(size_t n, float a, fsdp_dtype t) {
-    float *p = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) {
-        float v = (float)((2.0 * rnd() - 1.0) * a);
-        p[i] = t == FSDP_BF16 ? fsdp_round_bf16(v) : v;
-    }
-    return p;
-}
-
-static size_t esize(fsdp_dtype t) { return t == FSDP_BF16 ? 2 : 4; }
+#define CUDA_RIG_SEED 0x243f6a8885a308d3ull
+#include "cuda_rig.h"
 
 /* Device buffer of n elements of type t (plus `pad` bytes in front, to test unaligned tensors),
  * filled with NaN bytes. Returns the element pointer; *base gets what to free. */
 static void *dev_alloc(size_t n, fsdp_dtype t, size_t pad, void **base) {
     char *p;
-    CK(cudaMalloc((void **)&p, n * esize(t) + pad + 16));
-    CK(cudaMemset(p, 0xff, n * esize(t) + pad + 16));
+    CK(cudaMalloc((void **)&p, n * esz(t) + pad + 16));
+    CK(cudaMemset(p, 0xff, n * esz(t) + pad + 16));
     *base = p;
     return p + pad;
-}
-
-static void to_dev(void *d, const float *h, size_t n, fsdp_dtype t) {
-    if (t == FSDP_F32) {
-        CK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
-        return;
-    }
-    uint16_t *tmp = xmalloc(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) tmp[i] = fsdp_f32_to_bf16(h[i]);
-    CK(cudaMemcpy(d, tmp, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    free(tmp);
-}
-
-static void from_dev(float *h, const void *d, size_t n, fsdp_dtype t) {
-    if (t == FSDP_F32) {
-        CK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
-        return;
-    }
-    uint16_t *tmp = xmalloc(n * sizeof(uint16_t));
-    CK(cudaMemcpy(tmp, d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) h[i] = fsdp_bf16_to_f32(tmp[i]);
-    free(tmp);
 }
 
 static void sync_check(const char *what) {
@@ -125,7 +62,6 @@ static double rel_err_sel(const float *x, const float *ref, size_t start, size_t
         }
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
-static double rel_err(const float *x, const float *ref, size_t n) { return rel_err_sel(x, ref, 0, 1, 0, n); }
 
 static int pass(double err, double tol) { return !isnan(err) && err < tol; } /* NaN never passes */
 
@@ -156,11 +92,11 @@ static void run_flash(const flash_case *c) {
 
     fsdp_dropout store;
     const fsdp_dropout *drop = case_dropout(c->p, &store);
-    float *qkv = rand_vec(nqkv, 1.7320508f, t), *dout = rand_vec(no, 1.7320508f, t);
-    float *out_ref = xmalloc(no * sizeof(float)), *lse_ref = xmalloc(nl * sizeof(float));
-    float *out = xmalloc(no * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
-    float *dqkv_ref = xmalloc(nqkv * sizeof(float)), *dqkv = xmalloc(nqkv * sizeof(float));
-    float *dqkv2 = xmalloc(nqkv * sizeof(float));
+    float *qkv = hrand(nqkv, 1.7320508f, t), *dout = hrand(no, 1.7320508f, t);
+    float *out_ref = hmalloc(no), *lse_ref = hmalloc(nl);
+    float *out = hmalloc(no), *lse = hmalloc(nl);
+    float *dqkv_ref = hmalloc(nqkv), *dqkv = hmalloc(nqkv);
+    float *dqkv2 = hmalloc(nqkv);
 
     void *b_qkv, *b_out, *b_lse, *b_dout, *b_dqkv, *b_scr;
     void *d_qkv = dev_alloc(nqkv, t, pad, &b_qkv), *d_out = dev_alloc(no, t, pad, &b_out);
@@ -168,41 +104,39 @@ static void run_flash(const flash_case *c) {
     float *d_lse = dev_alloc(nl, FSDP_F32, 0, &b_lse);
     size_t scr_bytes = fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D);
     float *d_scr = dev_alloc(scr_bytes / 4 + 1, FSDP_F32, 0, &b_scr);
-    to_dev(d_qkv, qkv, nqkv, t);
-    to_dev(d_dout, dout, no, t);
+    upload(d_qkv, qkv, nqkv, t);
+    upload(d_dout, dout, no, t);
 
     /* Forward. */
     cpu_attention_forward(out_ref, lse_ref, NULL, qkv, B, T, Hq, Hkv, D, drop);
     fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, drop, t, 0);
     sync_check("flash forward");
-    from_dev(out, d_out, no, t);
-    from_dev(lse, d_lse, nl, FSDP_F32);
+    download(out, d_out, no, t);
+    download(lse, d_lse, nl, FSDP_F32);
     double e_out = rel_err(out, out_ref, no), e_lse = rel_err(lse, lse_ref, nl);
 
     /* Backward, against the CPU backward of the GPU's own out and lse. */
     cpu_attention_backward(dqkv_ref, dout, qkv, out, lse, NULL, B, T, Hq, Hkv, D, drop);
     fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
     sync_check("flash backward");
-    from_dev(dqkv, d_dqkv, nqkv, t);
+    download(dqkv, d_dqkv, nqkv, t);
     const size_t ntok = (size_t)B * T;
     double e_dq = rel_err_sel(dqkv, dqkv_ref, 0, ntok, W, (size_t)Hq * D);
     double e_dk = rel_err_sel(dqkv, dqkv_ref, (size_t)Hq * D, ntok, W, (size_t)Hkv * D);
     double e_dv = rel_err_sel(dqkv, dqkv_ref, (size_t)(Hq + Hkv) * D, ntok, W, (size_t)Hkv * D);
 
     /* Determinism: poison, run again, compare bits. */
-    CK(cudaMemset(d_dqkv, 0xff, nqkv * esize(t)));
+    CK(cudaMemset(d_dqkv, 0xff, nqkv * esz(t)));
     CK(cudaMemset(d_scr, 0xff, scr_bytes));
     fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
     sync_check("flash backward (second run)");
-    from_dev(dqkv2, d_dqkv, nqkv, t);
+    download(dqkv2, d_dqkv, nqkv, t);
     int det = memcmp(dqkv, dqkv2, nqkv * sizeof(float)) == 0;
 
     int ok = pass(e_out, tol) && pass(e_lse, tol_lse) && pass(e_dq, tol) && pass(e_dk, tol) && pass(e_dv, tol) && det;
-    printf("%s flash %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n",
-           ok ? "ok  " : "FAIL", fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, e_out,
-           e_lse, e_dq, e_dk, e_dv, det ? "deterministic" : "NOT DETERMINISTIC");
-    fflush(stdout);
-    if (!ok) g_failures++;
+    check_that(ok, "flash %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s",
+               fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, e_out, e_lse, e_dq, e_dk,
+               e_dv, det ? "deterministic" : "NOT DETERMINISTIC");
 
     CK(cudaFree(b_qkv));
     CK(cudaFree(b_out));
@@ -215,22 +149,27 @@ static void run_flash(const flash_case *c) {
 
 /* ---- eager softmax ------------------------------------------------------------------------------ */
 
+/* The log-sum-exp of a causal row of scores (columns 0..row_t), scaled, in double. */
+static double causal_row_lse(const float *s, int row_t, float scale) {
+    double m = -INFINITY, sum = 0.0;
+    for (int j = 0; j <= row_t; j++) m = fmax(m, (double)scale * s[j]);
+    for (int j = 0; j <= row_t; j++) sum += exp((double)scale * s[j] - m);
+    return m + log(sum);
+}
+
 static void run_softmax(fsdp_dtype t, int BH, int T) {
     const size_t n = (size_t)BH * T * T, rows = (size_t)BH * T;
     const float scale = 0.125f;
     const double tol = t == FSDP_BF16 ? 2e-2 : 1e-4;
-    float *sc = rand_vec(n, 4.0f, t), *dp = rand_vec(n, 1.0f, t);
-    float *p_ref = xmalloc(n * sizeof(float)), *lse_ref = xmalloc(rows * sizeof(float));
-    float *ds_ref = xmalloc(n * sizeof(float)), *p_in = xmalloc(n * sizeof(float));
-    float *got = xmalloc(n * sizeof(float)), *lse = xmalloc(rows * sizeof(float));
+    float *sc = hrand(n, 4.0f, t), *dp = hrand(n, 1.0f, t);
+    float *p_ref = hmalloc(n), *lse_ref = hmalloc(rows);
+    float *ds_ref = hmalloc(n), *p_in = hmalloc(n);
+    float *got = hmalloc(n), *lse = hmalloc(rows);
 
     for (size_t r = 0; r < rows; r++) {
         const int row_t = (int)(r % T);
         const float *s = sc + r * T;
-        double m = -INFINITY, sum = 0.0;
-        for (int j = 0; j <= row_t; j++) m = fmax(m, (double)scale * s[j]);
-        for (int j = 0; j <= row_t; j++) sum += exp((double)scale * s[j] - m);
-        const double l = m + log(sum);
+        const double l = causal_row_lse(s, row_t, scale);
         lse_ref[r] = (float)l;
         for (int j = 0; j < T; j++) p_ref[r * T + j] = j <= row_t ? (float)exp((double)scale * s[j] - l) : 0.0f;
     }
@@ -249,37 +188,34 @@ static void run_softmax(fsdp_dtype t, int BH, int T) {
     float *d_lse = dev_alloc(rows, FSDP_F32, 0, &b_l);
     for (int inplace = 0; inplace < 2; inplace++) {
         /* Forward: scores in d_a, probs in d_b (or in d_a). */
-        CK(cudaMemset(d_b, 0xff, n * esize(t)));
+        CK(cudaMemset(d_b, 0xff, n * esz(t)));
         CK(cudaMemset(d_lse, 0xff, rows * sizeof(float)));
-        to_dev(d_a, sc, n, t);
+        upload(d_a, sc, n, t);
         void *probs = inplace ? d_a : d_b;
         fsdp_cuda_causal_softmax_forward(probs, d_lse, d_a, BH, T, scale, t, 0);
         sync_check("causal softmax forward");
-        from_dev(got, probs, n, t);
-        from_dev(lse, d_lse, rows, FSDP_F32);
+        download(got, probs, n, t);
+        download(lse, d_lse, rows, FSDP_F32);
         int zeros = 1;
         for (size_t r = 0; r < rows; r++)
             for (int j = (int)(r % T) + 1; j < T; j++) zeros &= got[r * T + j] == 0.0f;
         double e_p = rel_err(got, p_ref, n), e_l = rel_err(lse, lse_ref, rows);
 
         /* Backward: dprobs in d_a, probs in d_c, dscores in d_b (or in d_a). */
-        CK(cudaMemset(d_b, 0xff, n * esize(t)));
-        to_dev(d_a, dp, n, t);
-        to_dev(d_c, p_in, n, t);
+        CK(cudaMemset(d_b, 0xff, n * esz(t)));
+        upload(d_a, dp, n, t);
+        upload(d_c, p_in, n, t);
         void *dscores = inplace ? d_a : d_b;
         fsdp_cuda_causal_softmax_backward(dscores, d_a, d_c, BH, T, scale, t, 0);
         sync_check("causal softmax backward");
-        from_dev(got, dscores, n, t);
+        download(got, dscores, n, t);
         for (size_t r = 0; r < rows; r++)
             for (int j = (int)(r % T) + 1; j < T; j++) zeros &= got[r * T + j] == 0.0f;
         double e_ds = rel_err(got, ds_ref, n);
 
         int ok = pass(e_p, tol) && pass(e_l, t == FSDP_BF16 ? 1e-3 : 1e-4) && pass(e_ds, tol) && zeros;
-        printf("%s causal softmax %s BH=%d T=%d%s: probs %.2e lse %.2e dscores %.2e%s\n", ok ? "ok  " : "FAIL",
-               fsdp_dtype_name(t), BH, T, inplace ? " in place" : "", e_p, e_l, e_ds,
-               zeros ? "" : " (masked entries not 0)");
-        fflush(stdout);
-        if (!ok) g_failures++;
+        check_that(ok, "causal softmax %s BH=%d T=%d%s: probs %.2e lse %.2e dscores %.2e%s", fsdp_dtype_name(t), BH, T,
+                   inplace ? " in place" : "", e_p, e_l, e_ds, zeros ? "" : " (masked entries not 0)");
     }
     CK(cudaFree(b_a));
     CK(cudaFree(b_b));
@@ -316,17 +252,13 @@ static void run_flash_probe(const flash_case *c) {
     const fsdp_dtype t = c->act;
     const size_t W = (size_t)(Hq + 2 * Hkv) * D, nqkv = (size_t)B * T * W, no = (size_t)B * T * Hq * D;
     const size_t nl = (size_t)B * Hq * T, ntok = (size_t)B * T, pad = c->misalign ? 8 : 0;
-    if (T > D) {
-        printf("FAIL probe case T=%d > D=%d (test error)\n", T, D);
-        g_failures++;
-        return;
-    }
+    if (!check_quiet(T <= D, "probe case T=%d > D=%d (test error)", T, D)) return;
     fsdp_dropout store;
     const fsdp_dropout *drop = case_dropout(c->p, &store);
-    float *qkv = rand_vec(nqkv, 1.7320508f, t), *dout = rand_vec(no, 1.7320508f, t);
-    float *zeros_o = xmalloc(no * sizeof(float)), *ref = xmalloc(nqkv * sizeof(float));
-    float *got = xmalloc(nqkv * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
-    float *out = xmalloc(no * sizeof(float));
+    float *qkv = hrand(nqkv, 1.7320508f, t), *dout = hrand(no, 1.7320508f, t);
+    float *zeros_o = hmalloc(no), *ref = hmalloc(nqkv);
+    float *got = hmalloc(nqkv), *lse = hmalloc(nl);
+    float *out = hmalloc(no);
     memset(zeros_o, 0, no * sizeof(float));
     void *b_qkv, *b_out, *b_lse, *b_dout, *b_dqkv, *b_scr, *b_zero;
     void *d_qkv = dev_alloc(nqkv, t, pad, &b_qkv), *d_out = dev_alloc(no, t, pad, &b_out);
@@ -334,7 +266,7 @@ static void run_flash_probe(const flash_case *c) {
     void *d_zero = dev_alloc(no, t, pad, &b_zero);
     float *d_lse = dev_alloc(nl, FSDP_F32, 0, &b_lse);
     float *d_scr = dev_alloc(fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D) / 4 + 1, FSDP_F32, 0, &b_scr);
-    to_dev(d_zero, zeros_o, no, t);
+    upload(d_zero, zeros_o, no, t);
     size_t zf, zk, zq;
 
     /* Forward, V one-hot. */
@@ -342,53 +274,51 @@ static void run_flash_probe(const flash_case *c) {
         for (int g = 0; g < Hkv; g++)
             for (int d = 0; d < D; d++)
                 qkv[tok * W + (size_t)(Hq + Hkv + g) * D + d] = d == (int)(tok % T) ? 1.0f : 0.0f;
-    to_dev(d_qkv, qkv, nqkv, t);
+    upload(d_qkv, qkv, nqkv, t);
     cpu_attention_forward(ref, lse, NULL, qkv, B, T, Hq, Hkv, D, drop);
     fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, drop, t, 0);
     sync_check("probe forward");
-    from_dev(got, d_out, no, t);
+    download(got, d_out, no, t);
     const size_t mf = zero_mismatch(got, ref, 0, 1, 0, no, &zf);
 
     /* dV with dout one-hot, against the GPU's own out and lse. */
-    from_dev(out, d_out, no, t);
-    from_dev(lse, d_lse, nl, FSDP_F32);
-    float *onehot = xmalloc(no * sizeof(float));
+    download(out, d_out, no, t);
+    download(lse, d_lse, nl, FSDP_F32);
+    float *onehot = hmalloc(no);
     for (size_t tok = 0; tok < ntok; tok++)
         for (int h = 0; h < Hq; h++)
             for (int d = 0; d < D; d++) onehot[(tok * Hq + h) * D + d] = d == (int)(tok % T) ? 1.0f : 0.0f;
-    to_dev(d_dout, onehot, no, t);
+    upload(d_dout, onehot, no, t);
     cpu_attention_backward(ref, onehot, qkv, out, lse, NULL, B, T, Hq, Hkv, D, drop);
     fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
     sync_check("probe backward (dV)");
-    from_dev(got, d_dqkv, nqkv, t);
+    download(got, d_dqkv, nqkv, t);
     const size_t mk = zero_mismatch(got, ref, (size_t)(Hq + Hkv) * D, ntok, W, (size_t)Hkv * D, &zk);
 
     /* dQ with K one-hot and out = 0; V random again, lse from the GPU forward of these inputs. */
-    float *vrand = rand_vec(nqkv, 1.7320508f, t);
+    float *vrand = hrand(nqkv, 1.7320508f, t);
     for (size_t tok = 0; tok < ntok; tok++)
         for (int g = 0; g < Hkv; g++)
             for (int d = 0; d < D; d++) {
                 qkv[tok * W + (size_t)(Hq + g) * D + d] = d == (int)(tok % T) ? 1.0f : 0.0f;
                 qkv[tok * W + (size_t)(Hq + Hkv + g) * D + d] = vrand[tok * W + (size_t)(Hq + Hkv + g) * D + d];
             }
-    to_dev(d_qkv, qkv, nqkv, t);
-    to_dev(d_dout, dout, no, t);
+    upload(d_qkv, qkv, nqkv, t);
+    upload(d_dout, dout, no, t);
     fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, drop, t, 0);
     sync_check("probe forward (K one-hot)");
-    from_dev(lse, d_lse, nl, FSDP_F32);
+    download(lse, d_lse, nl, FSDP_F32);
     cpu_attention_backward(ref, dout, qkv, zeros_o, lse, NULL, B, T, Hq, Hkv, D, drop);
     fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_zero, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
     sync_check("probe backward (dQ)");
-    from_dev(got, d_dqkv, nqkv, t);
+    download(got, d_dqkv, nqkv, t);
     const size_t mq = zero_mismatch(got, ref, 0, ntok, W, (size_t)Hq * D, &zq);
 
     const int ok = mf == 0 && mk == 0 && mq == 0 && zf > 0 && zk > 0 && zq > 0;
-    printf("%s flash mask probe %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f: mismatched zeros fwd %zu (of %zu zeros) "
-           "dV %zu (of %zu) dQ %zu (of %zu)\n",
-           ok ? "ok  " : "FAIL", fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, mf, zf,
-           mk, zk, mq, zq);
-    fflush(stdout);
-    if (!ok) g_failures++;
+    check_that(ok,
+               "flash mask probe %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f: mismatched zeros fwd %zu (of %zu zeros) "
+               "dV %zu (of %zu) dQ %zu (of %zu)",
+               fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, mf, zf, mk, zk, mq, zq);
     void *bufs[] = {b_qkv, b_out, b_lse, b_dout, b_dqkv, b_scr, b_zero};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CK(cudaFree(bufs[i]));
     free(qkv), free(dout), free(zeros_o), free(ref), free(got), free(lse), free(out), free(onehot), free(vrand);
@@ -398,27 +328,20 @@ static void run_flash_probe(const flash_case *c) {
  * probs undropped, dropped = keep' P (its zeros exactly the mask), lse; the backward in place on
  * dprobs, and its dropped probabilities again. */
 static void run_softmax_dropout(fsdp_dtype t, int B, int Hq, int T, double p) {
-    if (T > 1024) {
-        printf("FAIL causal softmax dropout T=%d > 1024 (test error)\n", T);
-        g_failures++;
-        return;
-    }
+    if (!check_quiet(T <= 1024, "causal softmax dropout T=%d > 1024 (test error)", T)) return;
     const size_t n = (size_t)B * Hq * T * T, rows = (size_t)B * Hq * T;
     const float scale = 0.125f;
     const double tol = t == FSDP_BF16 ? 2e-2 : 1e-4;
     const fsdp_dropout drop = fsdp_dropout_make(p, 99, 31337, 2, FSDP_DROPOUT_ATTN_PROBS);
-    float *sc = rand_vec(n, 4.0f, t), *dp = rand_vec(n, 1.0f, t);
-    float *p_ref = xmalloc(n * sizeof(float)), *pd_ref = xmalloc(n * sizeof(float));
-    float *lse_ref = xmalloc(rows * sizeof(float)), *ds_ref = xmalloc(n * sizeof(float));
-    float *p_in = xmalloc(n * sizeof(float)), *pdb_ref = xmalloc(n * sizeof(float));
-    float *got = xmalloc(n * sizeof(float)), *lse = xmalloc(rows * sizeof(float));
+    float *sc = hrand(n, 4.0f, t), *dp = hrand(n, 1.0f, t);
+    float *p_ref = hmalloc(n), *pd_ref = hmalloc(n);
+    float *lse_ref = hmalloc(rows), *ds_ref = hmalloc(n);
+    float *p_in = hmalloc(n), *pdb_ref = hmalloc(n);
+    float *got = hmalloc(n), *lse = hmalloc(rows);
     for (size_t r = 0; r < rows; r++) {
         const int row_t = (int)(r % T), bh = (int)(r / T), b = bh / Hq, h = bh % Hq;
         const float *s = sc + r * T;
-        double m = -INFINITY, sum = 0.0;
-        for (int j = 0; j <= row_t; j++) m = fmax(m, (double)scale * s[j]);
-        for (int j = 0; j <= row_t; j++) sum += exp((double)scale * s[j] - m);
-        const double l = m + log(sum);
+        const double l = causal_row_lse(s, row_t, scale);
         lse_ref[r] = (float)l;
         for (int j = 0; j < T; j++) {
             const double pj = j <= row_t ? exp((double)scale * s[j] - l) : 0.0;
@@ -445,24 +368,24 @@ static void run_softmax_dropout(fsdp_dtype t, int B, int Hq, int T, double p) {
     void *d_a = dev_alloc(n, t, 0, &b_a), *d_b = dev_alloc(n, t, 0, &b_b), *d_c = dev_alloc(n, t, 0, &b_c);
     float *d_lse = dev_alloc(rows, FSDP_F32, 0, &b_l);
     /* Forward in place: scores and probs in d_a, dropped in d_b. */
-    to_dev(d_a, sc, n, t);
+    upload(d_a, sc, n, t);
     fsdp_cuda_causal_softmax_dropout_forward(d_a, d_b, d_lse, d_a, B, Hq, T, scale, &drop, t, 0);
     sync_check("causal softmax dropout forward");
-    from_dev(got, d_a, n, t);
+    download(got, d_a, n, t);
     const double e_p = rel_err(got, p_ref, n);
-    from_dev(lse, d_lse, rows, FSDP_F32);
+    download(lse, d_lse, rows, FSDP_F32);
     const double e_l = rel_err(lse, lse_ref, rows);
-    from_dev(got, d_b, n, t);
+    download(got, d_b, n, t);
     size_t zf;
     const double e_pd = rel_err(got, pd_ref, n);
     const size_t mf = zero_mismatch(got, pd_ref, 0, 1, 0, n, &zf);
     /* Backward: dprobs in d_a (dscores in place), probs in d_c, dropped in d_b. */
-    CK(cudaMemset(d_b, 0xff, n * esize(t)));
-    to_dev(d_a, dp, n, t);
-    to_dev(d_c, p_in, n, t);
+    CK(cudaMemset(d_b, 0xff, n * esz(t)));
+    upload(d_a, dp, n, t);
+    upload(d_c, p_in, n, t);
     fsdp_cuda_causal_softmax_dropout_backward(d_a, d_b, d_a, d_c, B, Hq, T, scale, &drop, t, 0);
     sync_check("causal softmax dropout backward");
-    from_dev(got, d_a, n, t);
+    download(got, d_a, n, t);
     /* dscores is a difference of nearly equal terms where a row has one visible column (T = 1: it
      * is rounding noise around 0), so its error is measured against the size of the terms. */
     double ds_err2 = 0.0, ds_terms2 = 0.0;
@@ -472,17 +395,16 @@ static void run_softmax_dropout(fsdp_dtype t, int B, int Hq, int T, double p) {
         ds_terms2 += term * term + (double)ds_ref[i] * ds_ref[i];
     }
     const double e_ds = isnan(ds_err2) ? NAN : sqrt(ds_err2 / (ds_terms2 > 0 ? ds_terms2 : 1.0));
-    from_dev(got, d_b, n, t);
+    download(got, d_b, n, t);
     size_t zb;
     const double e_pdb = rel_err(got, pdb_ref, n);
     const size_t mb = zero_mismatch(got, pdb_ref, 0, 1, 0, n, &zb);
     const int ok = pass(e_p, tol) && pass(e_l, t == FSDP_BF16 ? 1e-3 : 1e-4) && pass(e_pd, tol) && pass(e_ds, tol) &&
                    pass(e_pdb, tol) && mf == 0 && mb == 0 && zf > 0;
-    printf("%s causal softmax dropout %s B=%d Hq=%d T=%d p=%.2f: probs %.2e lse %.2e dropped %.2e (zeros mismatched "
-           "%zu of %zu) dscores %.2e dropped' %.2e (mismatched %zu)\n",
-           ok ? "ok  " : "FAIL", fsdp_dtype_name(t), B, Hq, T, p, e_p, e_l, e_pd, mf, zf, e_ds, e_pdb, mb);
-    fflush(stdout);
-    if (!ok) g_failures++;
+    check_that(ok,
+               "causal softmax dropout %s B=%d Hq=%d T=%d p=%.2f: probs %.2e lse %.2e dropped %.2e (zeros mismatched "
+               "%zu of %zu) dscores %.2e dropped' %.2e (mismatched %zu)",
+               fsdp_dtype_name(t), B, Hq, T, p, e_p, e_l, e_pd, mf, zf, e_ds, e_pdb, mb);
     CK(cudaFree(b_a));
     CK(cudaFree(b_b));
     CK(cudaFree(b_c));
@@ -556,7 +478,5 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < 3; i++) run_softmax_dropout(k ? FSDP_BF16 : FSDP_F32, 2, 3, sT[i], 0.2);
 
-    printf("test_gpu_attention: %s (%d failure%s)\n", g_failures ? "FAILED" : "passed", g_failures,
-           g_failures == 1 ? "" : "s");
-    return g_failures ? 1 : 0;
+    return check_summary("test_gpu_attention");
 }

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "base/rng.h"
 #include "check.h"
+#include "device_copy.h"
 
 static fsdp_backend *cpu, *gpu;
 static fsdp_dtype ACT, GRAD;
@@ -30,19 +31,10 @@ static float *randn(size_t n, float scale) {
     return x;
 }
 
+/* 16 bytes of slack after every tensor. */
 static void *upload(const float *x, size_t n, fsdp_dtype t) {
-    size_t es = gpu->runtime->dtype_size(gpu, t);
-    void *d = gpu->runtime->alloc(gpu, n * es + 16, "test");
-    if (t == FSDP_BF16) {
-        uint16_t *h = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) h[i] = fsdp_f32_to_bf16(x[i]);
-        gpu->runtime->copy_h2d(gpu, d, h, n * 2, gpu->compute);
-        gpu->runtime->stream_synchronize(gpu, gpu->compute);
-        free(h);
-    } else {
-        gpu->runtime->copy_h2d(gpu, d, x, n * 4, gpu->compute);
-        gpu->runtime->stream_synchronize(gpu, gpu->compute);
-    }
+    void *d = gpu->runtime->alloc(gpu, n * gpu->runtime->dtype_size(gpu, t) + 16, "test");
+    test_copy_to_device(gpu, d, x, n, t);
     return d;
 }
 
@@ -54,21 +46,7 @@ static void *poisoned(size_t n, fsdp_dtype t) {
     return d;
 }
 
-static float *download(const void *d, size_t n, fsdp_dtype t) {
-    float *x = malloc(n * sizeof(float));
-    gpu->runtime->stream_synchronize(gpu, gpu->compute);
-    if (t == FSDP_BF16) {
-        uint16_t *h = malloc(n * 2);
-        gpu->runtime->copy_d2h(gpu, h, d, n * 2, gpu->compute);
-        gpu->runtime->stream_synchronize(gpu, gpu->compute);
-        for (size_t i = 0; i < n; i++) x[i] = fsdp_bf16_to_f32(h[i]);
-        free(h);
-    } else {
-        gpu->runtime->copy_d2h(gpu, x, d, n * 4, gpu->compute);
-        gpu->runtime->stream_synchronize(gpu, gpu->compute);
-    }
-    return x;
-}
+static float *download(const void *d, size_t n, fsdp_dtype t) { return test_to_host(gpu, d, n, t); }
 
 static float *copy(const float *x, size_t n) {
     float *y = malloc(n * sizeof(float));

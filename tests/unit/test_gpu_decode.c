@@ -11,76 +11,14 @@
  *    forward on the same weights (1e-4 in fp32; bf16 against the CPU's bf16 emulation, 5e-2), for
  *    tiny Llama, OPT, Qwen2 and tests/data/tiny-llama-untied.
  * Exits 77 without a GPU. */
-#include <cuda_runtime.h>
 #include <mpi.h>
 
 #include "kernels/ops_cpu.h"
 #include "kernels/ops_cuda.h"
 #include "check.h"
 #include "kv_rig.h"
-
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "test_gpu_decode: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,         \
-                    cudaGetErrorString(e_));                                                                 \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-
-static double rnd(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
-
-static size_t esize(fsdp_dtype t) { return t == FSDP_BF16 ? 2 : 4; }
-
-static float *rand_vec(size_t n, float a, fsdp_dtype t) {
-    float *p = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) {
-        float v = (float)((2.0 * rnd() - 1.0) * a);
-        p[i] = t == FSDP_BF16 ? fsdp_round_bf16(v) : v;
-    }
-    return p;
-}
-
-static void to_dev(void *d, const float *h, size_t n, fsdp_dtype t) {
-    if (t == FSDP_F32) {
-        CK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
-        return;
-    }
-    uint16_t *tmp = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) tmp[i] = fsdp_f32_to_bf16(h[i]);
-    CK(cudaMemcpy(d, tmp, n * 2, cudaMemcpyHostToDevice));
-    free(tmp);
-}
-
-static void from_dev(float *h, const void *d, size_t n, fsdp_dtype t) {
-    if (t == FSDP_F32) {
-        CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-        return;
-    }
-    uint16_t *tmp = malloc(n * 2);
-    CK(cudaMemcpy(tmp, d, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) h[i] = fsdp_bf16_to_f32(tmp[i]);
-    free(tmp);
-}
-
-static double rel_err(const float *x, const float *ref, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(x[i]) || isnan(ref[i])) return NAN;
-        num += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1.0));
-}
+#define CUDA_RIG_SEED 0x9e3779b97f4a7c15ull
+#include "cuda_rig.h"
 
 typedef struct {
     fsdp_dtype t;
@@ -92,7 +30,7 @@ static void run_kernel_case(const dec_case *c) {
     const fsdp_dtype t = c->t;
     const size_t W = (size_t)(Hq + 2 * Hkv) * D, nqkv = (size_t)N * W, ncache = (size_t)Hkv * cap * D;
     const size_t nout = (size_t)N * Hq * D, pad = c->misalign ? 8 : 0;
-    float *qkv = rand_vec(nqkv, 1.7f, t), *kc = rand_vec(ncache, 1.7f, t), *vc = rand_vec(ncache, 1.7f, t);
+    float *qkv = hrand(nqkv, 1.7f, t), *kc = hrand(ncache, 1.7f, t), *vc = hrand(ncache, 1.7f, t);
     for (int g = 0; g < Hkv; g++) /* positions past the last row's keys: NaN, never read */
         for (int p = pos0 + N; p < cap; p++)
             for (int d = 0; d < D; d++) kc[((size_t)g * cap + p) * D + d] = vc[((size_t)g * cap + p) * D + d] = NAN;
@@ -101,35 +39,35 @@ static void run_kernel_case(const dec_case *c) {
 
     char *d_qkv, *d_kc, *d_vc, *d_out;
     float *d_scr = NULL;
-    CK(cudaMalloc((void **)&d_qkv, nqkv * esize(t)));
-    CK(cudaMalloc((void **)&d_kc, ncache * esize(t) + pad));
-    CK(cudaMalloc((void **)&d_vc, ncache * esize(t) + pad));
-    CK(cudaMalloc((void **)&d_out, nout * esize(t)));
+    CK(cudaMalloc((void **)&d_qkv, nqkv * esz(t)));
+    CK(cudaMalloc((void **)&d_kc, ncache * esz(t) + pad));
+    CK(cudaMalloc((void **)&d_vc, ncache * esz(t) + pad));
+    CK(cudaMalloc((void **)&d_out, nout * esz(t)));
     size_t scr = fsdp_cuda_decode_scratch(N, pos0 + N, Hq, D);
     if (scr) CK(cudaMalloc((void **)&d_scr, scr));
-    to_dev(d_qkv, qkv, nqkv, t);
-    to_dev(d_kc + pad, kc, ncache, t);
-    to_dev(d_vc + pad, vc, ncache, t);
-    CK(cudaMemset(d_out, 0xff, nout * esize(t)));
+    upload(d_qkv, qkv, nqkv, t);
+    upload(d_kc + pad, kc, ncache, t);
+    upload(d_vc + pad, vc, ncache, t);
+    CK(cudaMemset(d_out, 0xff, nout * esz(t)));
 
     cpu_kv_cache_append(kc, vc, qkv, N, pos0, cap, Hq, Hkv, D);
     cpu_attention_decode(out_ref, qkv, kc, vc, N, pos0, cap, Hq, Hkv, D);
     fsdp_cuda_kv_cache_append(d_kc + pad, d_vc + pad, d_qkv, N, pos0, cap, Hq, Hkv, D, t, 0);
     fsdp_cuda_attention_decode(d_out, d_qkv, d_kc + pad, d_vc + pad, N, pos0, cap, Hq, Hkv, D, t, d_scr, 0);
     CK(cudaDeviceSynchronize());
-    from_dev(kc_gpu, d_kc + pad, ncache, t);
-    from_dev(vc_gpu, d_vc + pad, ncache, t);
-    from_dev(out, d_out, nout, t);
+    download(kc_gpu, d_kc + pad, ncache, t);
+    download(vc_gpu, d_vc + pad, ncache, t);
+    download(out, d_out, nout, t);
     int same_cache = 1;
     for (size_t i = 0; i < ncache; i++)
         if (!(kc_gpu[i] == kc[i] || (isnan(kc_gpu[i]) && isnan(kc[i]))) ||
             !(vc_gpu[i] == vc[i] || (isnan(vc_gpu[i]) && isnan(vc[i]))))
             same_cache = 0;
     double e = rel_err(out, out_ref, nout), tol = t == FSDP_BF16 ? 2e-2 : 1e-4;
-    CK(cudaMemset(d_out, 0xff, nout * esize(t)));
+    CK(cudaMemset(d_out, 0xff, nout * esz(t)));
     fsdp_cuda_attention_decode(d_out, d_qkv, d_kc + pad, d_vc + pad, N, pos0, cap, Hq, Hkv, D, t, d_scr, 0);
     CK(cudaDeviceSynchronize());
-    from_dev(out2, d_out, nout, t);
+    download(out2, d_out, nout, t);
     int det = memcmp(out, out2, nout * 4) == 0;
     check_that(same_cache && !isnan(e) && e < tol && det,
                "decode %s D=%d Hq=%d Hkv=%d pos0=%d N=%d%s (%d splits): append %s, rel err %.2e (< %.0e)%s",

@@ -26,57 +26,22 @@ int main(void) {
 }
 #else
 
-#include <cuda_runtime.h>
-
 #include "base/dtype.h"
+#include "check.h"
 #include "kernels/dropout.h"
 #include "kernels/ops_cpu.h"
 #include "kernels/ops_cuda.h"
+#define CUDA_RIG_SEED 0x13198a2e03707344ull
+#include "cuda_rig.h"
 
-#define CK(call)                                                                                                       \
-    do {                                                                                                               \
-        cudaError_t ck_e_ = (call);                                                                                    \
-        if (ck_e_ != cudaSuccess) {                                                                                    \
-            fprintf(stderr, "test_gpu_dropout: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,                 \
-                    cudaGetErrorString(ck_e_));                                                                        \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-static int g_failures = 0, g_checks = 0;
-static uint64_t g_rng = 0x13198a2e03707344ull;
-
-static double rnd(void) { /* splitmix64, fixed seed */
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
-
-static float *hmalloc(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "test_gpu_dropout: out of host memory\n");
-        exit(1);
-    }
-    return p;
-}
 static void round_if(float *x, size_t n, fsdp_dtype t) {
     if (t == FSDP_BF16) cpu_round_bf16(x, n);
-}
-static float *hrand(size_t n, float a, fsdp_dtype t) {
-    float *p = hmalloc(n);
-    for (size_t i = 0; i < n; i++) p[i] = (float)((2.0 * rnd() - 1.0) * a);
-    round_if(p, n, t);
-    return p;
 }
 static float *hconst(size_t n, float v) {
     float *p = hmalloc(n);
     for (size_t i = 0; i < n; i++) p[i] = v;
     return p;
 }
-static size_t esz(fsdp_dtype t) { return t == FSDP_BF16 ? 2 : 4; }
 
 /* Device buffer of n elements (plus `pad` elements in front, for misaligned tensors), NaN-filled. */
 typedef struct {
@@ -95,85 +60,47 @@ static void dfree(dbuf *b) {
     if (b->base) CK(cudaFree(b->base));
     b->base = b->p = NULL;
 }
-static void upload(dbuf *b, const float *h) {
-    if (b->t == FSDP_F32) {
-        CK(cudaMemcpy(b->p, h, b->n * 4, cudaMemcpyHostToDevice));
-        return;
-    }
-    uint16_t *tmp = malloc(b->n * 2 + 2);
-    for (size_t i = 0; i < b->n; i++) tmp[i] = fsdp_f32_to_bf16(h[i]);
-    CK(cudaMemcpy(b->p, tmp, b->n * 2, cudaMemcpyHostToDevice));
-    free(tmp);
-}
+static void dbuf_upload(dbuf *b, const float *h) { upload(b->p, h, b->n, b->t); }
 static dbuf dcopy(const float *h, size_t n, fsdp_dtype t, size_t pad) {
     dbuf b = dalloc(n, t, pad);
-    upload(&b, h);
+    dbuf_upload(&b, h);
     return b;
 }
-static float *download(const dbuf *b) {
+static float *dbuf_download(const dbuf *b) {
     float *h = hmalloc(b->n);
     CK(cudaDeviceSynchronize());
     CK(cudaGetLastError());
-    if (b->t == FSDP_F32) {
-        CK(cudaMemcpy(h, b->p, b->n * 4, cudaMemcpyDeviceToHost));
-        return h;
-    }
-    uint16_t *tmp = malloc(b->n * 2 + 2);
-    CK(cudaMemcpy(tmp, b->p, b->n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < b->n; i++) h[i] = fsdp_bf16_to_f32(tmp[i]);
-    free(tmp);
+    download(h, b->p, b->n, b->t);
     return h;
-}
-
-static double rel_err(const float *g, const float *c, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(g[i]) || isnan(c[i])) return NAN;
-        double d = (double)g[i] - c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
 static char g_case[160];
 
 static void report_err(const char *what, double err, double tol) {
-    int ok = err <= tol; /* false for NaN */
-    g_checks++;
-    g_failures += !ok;
-    printf("%s %-44s %-40s rel err %.3e (tol %.0e)\n", ok ? "ok  " : "FAIL", g_case, what, err, tol);
-    fflush(stdout);
+    check_that(err <= tol, "%-44s %-40s rel err %.3e (tol %.0e)", g_case, what, err, tol); /* false for NaN */
 }
 static void check_vals(const char *what, const dbuf *d, const float *ref, double tol) {
-    float *got = download(d);
+    float *got = dbuf_download(d);
     report_err(what, rel_err(got, ref, d->n), tol);
     free(got);
 }
 /* Elements whose zero-ness differs between the GPU's output and the CPU's: the masks must agree
  * bit for bit. `zeros` reports how many the CPU has (the probe must drop some). */
 static void check_mask(const char *what, const dbuf *d, const float *ref) {
-    float *got = download(d);
+    float *got = dbuf_download(d);
     size_t diff = 0, zeros = 0, nan = 0;
     for (size_t i = 0; i < d->n; i++) {
         nan += isnan(got[i]);
         zeros += ref[i] == 0.0f;
         diff += (got[i] == 0.0f) != (ref[i] == 0.0f);
     }
-    int ok = diff == 0 && nan == 0 && zeros > 0 && zeros < d->n;
-    g_checks++;
-    g_failures += !ok;
-    printf("%s %-44s %-40s mask: %zu of %zu differ (%zu dropped, %zu NaN)\n", ok ? "ok  " : "FAIL", g_case, what, diff,
-           d->n, zeros, nan);
-    fflush(stdout);
+    check_that(diff == 0 && nan == 0 && zeros > 0 && zeros < d->n,
+               "%-44s %-40s mask: %zu of %zu differ (%zu dropped, %zu NaN)", g_case, what, diff, d->n, zeros, nan);
     free(got);
 }
 static void check_same(const char *what, const dbuf *a, const dbuf *b) {
-    float *x = download(a), *y = download(b);
-    int ok = memcmp(x, y, a->n * sizeof(float)) == 0;
-    g_checks++;
-    g_failures += !ok;
-    printf("%s %-44s %-40s bitwise equal\n", ok ? "ok  " : "FAIL", g_case, what);
+    float *x = dbuf_download(a), *y = dbuf_download(b);
+    check_that(memcmp(x, y, a->n * sizeof(float)) == 0, "%-44s %-40s bitwise equal", g_case, what);
     free(x), free(y);
 }
 
@@ -197,14 +124,14 @@ static void test_residual(fsdp_dtype t, int B, int T, int C, size_t pad, double 
 
     /* The mask probe: residual 0, x 1. */
     float *zero = hconst(n, 0.0f), *one = hconst(n, 1.0f);
-    upload(&dres, zero);
-    upload(&dx, one);
+    dbuf_upload(&dres, zero);
+    dbuf_upload(&dx, one);
     cpu_residual_dropout_forward(ref, zero, one, N, T, C, &d);
     fsdp_cuda_residual_dropout_forward(dout.p, dres.p, dx.p, N, T, C, &d, t, 0);
     check_mask("residual_dropout_forward probe", &dout, ref);
 
     /* Backward, also in place. */
-    upload(&dx, x);
+    dbuf_upload(&dx, x);
     cpu_dropout_backward(ref, x, N, T, C, &d);
     round_if(ref, n, t);
     fsdp_cuda_dropout_backward(dout.p, dx.p, N, T, C, &d, t, 0);
@@ -215,8 +142,8 @@ static void test_residual(fsdp_dtype t, int B, int T, int C, size_t pad, double 
 
     /* p = 0: a plain add and a copy. */
     fsdp_dropout z = fsdp_dropout_make(0.0, 2024, 4000, 7, FSDP_DROPOUT_ATTN_OUT);
-    upload(&dres, res);
-    upload(&dx, x);
+    dbuf_upload(&dres, res);
+    dbuf_upload(&dx, x);
     cpu_residual_dropout_forward(ref, res, x, N, T, C, &z);
     round_if(ref, n, t);
     fsdp_cuda_residual_dropout_forward(dout.p, dres.p, dx.p, N, T, C, &z, t, 0);
@@ -329,8 +256,8 @@ static void test_norm_dropout(const norm_case *k) {
     /* The mask probe: residual 0, x 1 gives res_out = keep / (1 - p) exactly. */
     if (k->p > 0) {
         float *zero = hconst(n, 0.0f), *one = hconst(n, 1.0f);
-        upload(&dres, zero);
-        upload(&dx, one);
+        dbuf_upload(&dres, zero);
+        dbuf_upload(&dx, one);
         cpu_residual_dropout_forward(ref_res, zero, one, N, k->T, C, &d);
         gpu_norm_fwd(k, &d, &dro, &dout, dmean.p, drstd.p, &dres, &dx, &dw, &db, k->B, 0);
         check_mask("fused forward probe res_out", &dro, ref_res);
@@ -366,8 +293,7 @@ int main(void) {
             for (int c = 0; c < 4; c++) test_norm_dropout(&cases[c]);
         }
     }
-    printf("test_gpu_dropout: %s (%d of %d checks failed)\n", g_failures ? "FAILED" : "passed", g_failures, g_checks);
-    return g_failures ? 1 : 0;
+    return check_summary("test_gpu_dropout");
 }
 
 #endif

@@ -21,42 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime.h>
-
 #include "base/dtype.h"
 #include "kernels/ops_cpu.h"
 #include "kernels/ops_cuda.h"
 #include "check.h"
+#define CUDA_RIG_SEED 0x243f6a8885a308d3ull
+#include "cuda_rig.h"
 
 /* ---- utilities ----------------------------------------------------------------------------------- */
 
-#define CK(call)                                                                                                       \
-    do {                                                                                                               \
-        cudaError_t ck_e_ = (call);                                                                                    \
-        if (ck_e_ != cudaSuccess) {                                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(ck_e_));                  \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static double rnd(void) { /* splitmix64, fixed seed: every run draws the same values */
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
-static float rnd_sym(float a) { return (float)((2.0 * rnd() - 1.0) * a); }
-
-static float *hmalloc(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu floats)\n", n);
-        exit(1);
-    }
-    return p;
-}
 static float *hcopy(const float *x, size_t n) {
     float *p = hmalloc(n);
     memcpy(p, x, n * sizeof(float));
@@ -65,15 +38,7 @@ static float *hcopy(const float *x, size_t n) {
 static void round_if(float *x, size_t n, fsdp_dtype t) {
     if (t == FSDP_BF16) cpu_round_bf16(x, n);
 }
-/* Uniform in (-a, a), as representable in t. Zero is possible but has probability ~0. */
-static float *hrand(size_t n, float a, fsdp_dtype t) {
-    float *p = hmalloc(n);
-    for (size_t i = 0; i < n; i++) p[i] = rnd_sym(a);
-    round_if(p, n, t);
-    return p;
-}
 
-static size_t esz(fsdp_dtype t) { return t == FSDP_BF16 ? 2 : 4; }
 static const char *dn(fsdp_dtype t) { return t == FSDP_BF16 ? "bf16" : "f32"; }
 
 static void *dmalloc(size_t bytes) {
@@ -86,28 +51,6 @@ static void dfree(void *p) {
 }
 static void *offset(void *p, size_t elems, fsdp_dtype t) { return (char *)p + elems * esz(t); }
 
-static void upload(void *d, const float *h, size_t n, fsdp_dtype t) {
-    if (t == FSDP_F32) {
-        CK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
-        return;
-    }
-    uint16_t *b = malloc((n ? n : 1) * 2);
-    if (!b) exit(1);
-    for (size_t i = 0; i < n; i++) b[i] = fsdp_f32_to_bf16(h[i]);
-    CK(cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice));
-    free(b);
-}
-static void download(float *h, const void *d, size_t n, fsdp_dtype t) {
-    if (t == FSDP_F32) {
-        CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
-        return;
-    }
-    uint16_t *b = malloc((n ? n : 1) * 2);
-    if (!b) exit(1);
-    CK(cudaMemcpy(b, d, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) h[i] = fsdp_bf16_to_f32(b[i]);
-    free(b);
-}
 static void *dcopy(const float *h, size_t n, fsdp_dtype t) {
     void *d = dmalloc(n * esz(t));
     upload(d, h, n, t);
@@ -124,18 +67,6 @@ static void *dnan(size_t n, fsdp_dtype t) {
     void *d = dmalloc(n * esz(t));
     CK(cudaMemset(d, 0xff, n * esz(t)));
     return d;
-}
-
-/* ||g - c|| / ||c|| in double; NaN anywhere gives NaN, which fails every comparison. */
-static double rel_err(const float *g, const float *c, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(g[i]) || isnan(c[i])) return NAN;
-        double d = (double)g[i] - c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
 static double tol_for(int bf16, int reduces) { return bf16 ? 1e-2 : reduces ? 1e-5 : 1e-6; }

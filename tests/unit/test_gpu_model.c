@@ -149,6 +149,20 @@ static void compare_model(const char *label, const fsdp_model_config *cfg, fsdp_
     fsdp_layout_free(&l);
 }
 
+typedef struct {
+    const char *name;
+    const fsdp_model_config *cfg;
+    int T;
+} model_case;
+
+/* Each case (B = 2) in fp32 and bf16, eager and flash. */
+static void compare_models(const model_case *cases, int n) {
+    for (int act = 0; act < 2; act++)
+        for (int attn = 0; attn < 2; attn++)
+            for (int i = 0; i < n; i++)
+                compare_model(cases[i].name, cases[i].cfg, act ? FSDP_BF16 : FSDP_F32, (fsdp_attn)attn, 2, cases[i].T);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     if (!fsdp_backend_cuda_available()) {
@@ -164,25 +178,15 @@ int main(int argc, char **argv) {
     fsdp_model_preset("tiny-llama", &sl);
     snprintf(sl.name, sizeof sl.name, "small-llama-d64");
     sl.hidden_size = 256, sl.num_heads = 4, sl.num_kv_heads = 2, sl.head_dim = 64, sl.intermediate_size = 512;
-    for (int act = 0; act < 2; act++)
-        for (int attn = 0; attn < 2; attn++) {
-            fsdp_dtype a = act ? FSDP_BF16 : FSDP_F32;
-            compare_model("tiny-llama", &tl, a, (fsdp_attn)attn, 2, 37);
-            compare_model("tiny-opt", &to, a, (fsdp_attn)attn, 2, 37);
-            compare_model("tiny-qwen2", &tq, a, (fsdp_attn)attn, 2, 37);
-            compare_model("small-llama-d64", &sl, a, (fsdp_attn)attn, 2, 200);
-        }
+    const model_case plain[] = {
+        {"tiny-llama", &tl, 37}, {"tiny-opt", &to, 37}, {"tiny-qwen2", &tq, 37}, {"small-llama-d64", &sl, 200}};
+    compare_models(plain, 4);
     /* Training with dropout: tiny-opt's `dropout` and every model's attention_dropout. */
     to.dropout = 0.1f, to.attention_dropout = 0.1f;
     tl.attention_dropout = tq.attention_dropout = sl.attention_dropout = 0.1f;
-    for (int act = 0; act < 2; act++)
-        for (int attn = 0; attn < 2; attn++) {
-            fsdp_dtype a = act ? FSDP_BF16 : FSDP_F32;
-            compare_model("tiny-opt", &to, a, (fsdp_attn)attn, 2, 37);
-            compare_model("tiny-llama", &tl, a, (fsdp_attn)attn, 2, 37);
-            compare_model("tiny-qwen2", &tq, a, (fsdp_attn)attn, 2, 37);
-            compare_model("small-llama-d64", &sl, a, (fsdp_attn)attn, 2, 200);
-        }
+    const model_case dropout[] = {
+        {"tiny-opt", &to, 37}, {"tiny-llama", &tl, 37}, {"tiny-qwen2", &tq, 37}, {"small-llama-d64", &sl, 200}};
+    compare_models(dropout, 4);
     int status = check_summary("test_gpu_model");
     MPI_Finalize();
     return status;

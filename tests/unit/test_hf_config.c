@@ -31,11 +31,8 @@ static void expect_reject(const char *text, const char *origin, const char *piec
     int rc = parse(text, origin, &c, &err);
     int ok = rc == -1 && err.failed && strstr(err.msg, origin) == err.msg && strstr(err.msg, piece1) &&
              (!piece2 || strstr(err.msg, piece2)) && !strchr(err.msg, '\n');
-    if (!ok) {
-        fprintf(stderr, "FAIL: expected a rejection naming %s / %s / %s; got rc %d: %s\n", origin, piece1,
-                piece2 ? piece2 : "", rc, err.msg);
-        failures++;
-    }
+    check_quiet(ok, "expected a rejection naming %s / %s / %s; got rc %d: %s", origin, piece1, piece2 ? piece2 : "", rc,
+                err.msg);
 }
 
 static int same_config(const fsdp_model_config *a, const fsdp_model_config *b) {
@@ -245,10 +242,7 @@ static void round_trip(const fsdp_model_config *c, const char *what) {
             int written = json_object_get(doc, fd->key) != NULL;
             int should = (fd->kind != FSDP_HF_IGNORED && !(fd->flags & FSDP_HF_UNWRITTEN)) ||
                          !strcmp(fd->key, "torch_dtype");
-            if (written != should) {
-                fprintf(stderr, "FAIL: %s: field %s %s\n", what, fd->key, written ? "written" : "missing");
-                failures++;
-            }
+            check_quiet(written == should, "%s: field %s %s", what, fd->key, written ? "written" : "missing");
         }
         json_decref(doc);
     }
@@ -257,10 +251,7 @@ static void round_trip(const fsdp_model_config *c, const char *what) {
     int rc = parse(buf, "written.json", &back, &err);
     if (rc) fprintf(stderr, "round trip of %s: %s\n%s", what, err.msg, buf);
     CHECK(rc == 0);
-    if (!same_config(c, &back)) {
-        fprintf(stderr, "FAIL: round trip of %s changed the config:\n%s", what, buf);
-        failures++;
-    }
+    check_quiet(same_config(c, &back), "round trip of %s changed the config:\n%s", what, buf);
     CHECK(fsdp_hf_config_write(c, buf, (size_t)n) == -1); /* no room for the NUL */
     CHECK(fsdp_hf_config_write(c, buf, (size_t)n + 1) == n);
 }
@@ -336,18 +327,13 @@ static void test_tables(void) {
             snprintf(origin, sizeof origin, "tables/%s/config.json", (*f)->model_type);
             int rc = parse(text, origin, &c, &err);
             if (ignored) {
-                if (rc || !same_config(&c, base)) {
-                    fprintf(stderr, "FAIL: %s: ignored field %s changed the outcome: %s\n", origin, fd->key, err.msg);
-                    failures++;
-                }
+                check_quiet(!rc && same_config(&c, base), "%s: ignored field %s changed the outcome: %s", origin,
+                            fd->key, err.msg);
             } else {
                 refused++;
                 int ok = rc == -1 && strstr(err.msg, origin) == err.msg && strstr(err.msg, fd->key) &&
                          strstr(err.msg, "not supported") && !strchr(err.msg, '\n');
-                if (!ok) {
-                    fprintf(stderr, "FAIL: %s: %s at a refused value: rc %d, %s\n", origin, fd->key, rc, err.msg);
-                    failures++;
-                }
+                check_quiet(ok, "%s: %s at a refused value: rc %d, %s", origin, fd->key, rc, err.msg);
             }
             free(text);
             json_decref(doc);
@@ -482,10 +468,5 @@ int main(void) {
     test_rejections();
     test_json();
     test_load();
-    if (failures) {
-        fprintf(stderr, "test_hf_config: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_hf_config: ok\n");
-    return 0;
+    return check_summary("test_hf_config");
 }

@@ -70,17 +70,11 @@ static void check_layout(const fsdp_model_config *c) {
                 sum += v, sumsq += (double)v * v, n++;
             }
         }
-        if (!ok) {
-            fprintf(stderr, "FAIL: %s: %s does not start as transformers starts it\n", c->name, p->name);
-            failures++;
-        }
+        check_quiet(ok, "%s: %s does not start as transformers starts it", c->name, p->name);
         if (n >= 2000) {
             double mean = sum / n, sd = sqrt(sumsq / n - mean * mean);
-            if (fabs(sd / c->initializer_range - 1) > 0.1 || fabs(mean) > 0.1 * c->initializer_range) {
-                fprintf(stderr, "FAIL: %s: %s has mean %g, std %g; want 0, %g\n", c->name, p->name, mean, sd,
-                        c->initializer_range);
-                failures++;
-            }
+            check_quiet(!(fabs(sd / c->initializer_range - 1) > 0.1 || fabs(mean) > 0.1 * c->initializer_range),
+                        "%s: %s has mean %g, std %g; want 0, %g", c->name, p->name, mean, sd, c->initializer_range);
         }
     }
     /* Another seed, another model; the padding row stays zero. */
@@ -108,10 +102,6 @@ int main(void) {
         n++;
     }
     CHECK(n == 3);
-    if (failures) {
-        fprintf(stderr, "test_layout: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_layout: ok (%d tiny presets and variants)\n", n);
-    return 0;
+    printf("test_layout: %d tiny presets and variants\n", n);
+    return check_summary("test_layout");
 }

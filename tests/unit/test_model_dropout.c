@@ -19,58 +19,17 @@
 
 #include "backend/backend.h"
 #include "base/rng.h"
-#include "model/model.h"
 #include "check.h"
+#include "model/model.h"
+#include "model_rig.h"
 
-typedef struct {
-    fsdp_model_config cfg;
-    fsdp_layout layout;
-    fsdp_backend *be;
-    fsdp_model *model;
-    float **params, **grads, *loss;
-    int B, T;
-} rig;
+typedef model_rig rig;
 
+/* Eager attention; the preset's initialisation (seed 7) with matrices * 4 and norms and biases
+ * + 0.1 N(0, 1). */
 static void rig_create(rig *r, const char *preset, int B, int T, float dropout, float attention_dropout) {
-    fsdp_err err = {0};
-    memset(r, 0, sizeof *r);
-    if (fsdp_model_preset(preset, &r->cfg)) exit(1);
-    r->cfg.dropout = dropout, r->cfg.attention_dropout = attention_dropout;
-    r->B = B, r->T = T;
-    fsdp_layout_build(&r->cfg, &r->layout);
-    fsdp_backend_options bo = {.kind = "cpu", .act_dtype = FSDP_F32, .grad_dtype = FSDP_F32, .local_size = 1};
-    r->be = fsdp_backend_create(&bo, &err);
-    fsdp_model_shape shape = {.batch = B, .seq = T, .attn = FSDP_ATTN_EAGER};
-    if (!r->be || fsdp_model_dropout_rates(&r->cfg, 0, 0.0, &shape.dropout, &err)) exit(1);
-    r->model = fsdp_model_create(r->be, &r->cfg, &r->layout, &shape, &err);
-    if (!r->model) {
-        fprintf(stderr, "model: %s\n", err.msg);
-        exit(1);
-    }
-    int U = r->layout.num_units;
-    r->params = calloc((size_t)U, sizeof *r->params), r->grads = calloc((size_t)U, sizeof *r->grads);
-    for (int u = 0; u < U; u++) {
-        r->params[u] = r->be->runtime->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "params");
-        r->grads[u] = r->be->runtime->alloc(r->be, (size_t)r->layout.units[u].numel * sizeof(float), "grads");
-    }
-    for (int i = 0; i < r->layout.num_params; i++) {
-        const fsdp_param_desc *p = &r->layout.params[i];
-        for (int64_t k = 0; k < p->numel; k++) {
-            float v = fsdp_param_init_value(&r->cfg, p, 7, k);
-            r->params[p->unit][p->offset + k] = p->ndim == 1 ? v + 0.1f * (float)fsdp_rand_normal(9, (uint64_t)i, (uint64_t)k)
-                                                            : 4.0f * v;
-        }
-    }
-    r->loss = r->be->runtime->alloc(r->be, sizeof(float), "loss");
-}
-
-static void rig_destroy(rig *r) {
-    for (int u = 0; u < r->layout.num_units; u++) r->be->runtime->free(r->be, r->params[u]), r->be->runtime->free(r->be, r->grads[u]);
-    free(r->params), free(r->grads);
-    r->be->runtime->free(r->be, r->loss);
-    fsdp_model_destroy(r->model);
-    r->be->runtime->destroy(r->be);
-    fsdp_layout_free(&r->layout);
+    model_rig_create(r, preset, B, T, dropout, attention_dropout, (fsdp_model_shape){.attn = FSDP_ATTN_EAGER});
+    model_rig_init_params(r, 7, 4.0f, 0.1f, 9);
 }
 
 /* Zeroes a module of layer 0 (weight and bias): its branch adds exactly nothing. */
@@ -172,7 +131,7 @@ static void test_rate(const char *site, fsdp_module other, float p) {
     check_that(compared > n / 2 && repeated == compared, "%s: the same samples draw the same mask again (%zu of %zu)",
                site, repeated, compared);
     free(again), free(first_mask);
-    rig_destroy(&r);
+    model_rig_destroy(&r);
 }
 
 static int same_bits(const rig *a, const rig *b) {
@@ -194,7 +153,7 @@ static void test_not_training(const char *preset) {
     step(&rated, 40, 1, 1);
     check_that(*rated.loss != before, "%s: training drops something (loss %.6f -> %.6f)", preset, (double)before,
                (double)*rated.loss);
-    rig_destroy(&plain), rig_destroy(&rated);
+    model_rig_destroy(&plain), model_rig_destroy(&rated);
 }
 
 /* Relative difference between a's gradients and b. */
@@ -234,7 +193,7 @@ static void test_split(const char *preset, float dropout, float attention_dropou
                preset, shifted);
     for (int u = 0; u < U; u++) free(sum[u]);
     free(sum);
-    rig_destroy(&four), rig_destroy(&two);
+    model_rig_destroy(&four), model_rig_destroy(&two);
 }
 
 int main(int argc, char **argv) {

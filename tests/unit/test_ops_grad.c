@@ -12,7 +12,6 @@
  * failure. */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include "base/dtype.h"
 #include "kernels/ops_cpu.h"
 
+#include "attention_rig.h"
 #include "grad_check.h"
 
 /* ---- matmul (+ relu_backward) ------------------------------------------------------------------ */
@@ -95,7 +95,8 @@ static void test_matmul(const char *label, int bias, int residual, int alias, in
     if (alias) { /* aliased residual must give the same bits as a separate one */
         float *sep = alloc_f(no);
         cpu_matmul_forward(sep, c.inp, c.w, c.b, c.res, c.N, c.C, c.OC, c.relu);
-        check(memcmp(sep, c.out, no * sizeof(float)) == 0, "%-40s residual aliasing out == separate residual", what);
+        check_that(memcmp(sep, c.out, no * sizeof(float)) == 0, "%-40s residual aliasing out == separate residual",
+                   what);
         free(sep);
     }
 
@@ -134,7 +135,7 @@ static void test_checker_rejects_wrong_gradients(void) {
     dw[big] *= 1.1f;
     grad_param one = {"weight", c.w, nw, dw};
     double max_err, worst = fd_elements(mm_loss, &c, &one, &max_err);
-    check(worst > 1.0, "%-40s flags one dweight element * 1.1 (err/tol %.2f > 1)", "gradient checker", worst);
+    check_that(worst > 1.0, "%-40s flags one dweight element * 1.1 (err/tol %.2f > 1)", "gradient checker", worst);
     dw[big] = saved;
 
     for (size_t i = 0; i < ni; i++) dinp[i] *= 1.05f;
@@ -143,8 +144,8 @@ static void test_checker_rejects_wrong_gradients(void) {
     grad_param ps[3] = {{"inp", c.inp, ni, dinp}, {"weight", c.w, nw, dw}, {"bias", c.b, (size_t)c.OC, db}};
     double rel;
     worst = fd_direction(mm_loss, &c, ps, 3, &rel);
-    check(worst > 1.0, "%-40s flags all gradients * 1.05 along a direction (err/tol %.2f > 1)", "gradient checker",
-          worst);
+    check_that(worst > 1.0, "%-40s flags all gradients * 1.05 along a direction (err/tol %.2f > 1)", "gradient checker",
+               worst);
     free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(dout), free(dinp), free(dw), free(db);
 }
 
@@ -171,7 +172,7 @@ static void test_relu_backward(void) {
     cpu_relu_backward(d, out, c.n);
     int exact = 1;
     for (size_t i = 0; i < c.n; i++) exact &= d[i] == (out[i] > 0 ? c.R[i] : 0.0f);
-    check(exact, "%-40s d == R where out > 0, else 0 (exact)", "relu_backward");
+    check_that(exact, "%-40s d == R where out > 0, else 0 (exact)", "relu_backward");
     grad_param p = {"x", c.x, c.n, d};
     check_grads("relu_backward", relu_loss, &c, &p, 1);
     free(c.x), free(c.R), free(out), free(d);
@@ -220,10 +221,11 @@ static void test_embedding(int with_wpe) {
                  memcmp(pad_wte + 4 * c.C, dwte + 4 * c.C, (ne - 4 * (size_t)c.C) * sizeof(float)) == 0 &&
                  memcmp(pad_wpe, dwpe, np_ * sizeof(float)) == 0 &&
                  memcmp(dwte + 3 * c.C, pe + 3 * c.C, (size_t)c.C * sizeof(float)) != 0;
-    check(pad_ok, "%-40s padding_idx: its row untouched, the rest as without", what);
+    check_that(pad_ok, "%-40s padding_idx: its row untouched, the rest as without", what);
     free(pad_wte), free(pad_wpe);
     sub_f(dwte, pe, ne);
-    if (!with_wpe) check(memcmp(dwpe, pp, np_ * sizeof(float)) == 0, "%-40s dwpe NULL: nothing else touched", what);
+    if (!with_wpe)
+        check_that(memcmp(dwpe, pp, np_ * sizeof(float)) == 0, "%-40s dwpe NULL: nothing else touched", what);
     sub_f(dwpe, pp, np_);
     grad_param ps[2] = {{"wte", c.wte, ne, dwte}, {"wpe", c.wpe, np_, dwpe}};
     check_grads(what, emb_loss, &c, ps, with_wpe ? 2 : 1);
@@ -356,11 +358,11 @@ static void test_rope(void) {
                 ref[at + i] = x[i] * cs + rot * sn;
             }
     compare("rope q,k heads (v untouched)", c.work, ref, n, 1e-6, 1e-6);
-    check(v_heads_equal(&c, c.work, c.qkv), "%-40s forward leaves v heads bitwise", "rope");
+    check_that(v_heads_equal(&c, c.work, c.qkv), "%-40s forward leaves v heads bitwise", "rope");
 
     float *d = copy_f(c.R, n);
     cpu_rope_backward(d, c.cos_sin, c.B, c.T, c.Hq, c.Hkv, c.D);
-    check(v_heads_equal(&c, d, c.R), "%-40s backward leaves dv heads bitwise", "rope");
+    check_that(v_heads_equal(&c, d, c.R), "%-40s backward leaves dv heads bitwise", "rope");
     grad_param p = {"qkv", c.qkv, n, d};
     check_grads("rope", rope_loss, &c, &p, 1);
     free(c.qkv), free(c.work), free(c.R), free(c.cos_sin), free(ref), free(d);
@@ -368,93 +370,12 @@ static void test_rope(void) {
 
 /* ---- attention ---------------------------------------------------------------------------------- */
 
-typedef struct {
-    int B, T, Hq, Hkv, D, eager; /* eager: keep probs */
-    float *qkv, *out, *lse, *probs, *R;
-} attn_ctx;
-
-static size_t attn_qkv_numel(const attn_ctx *c) { return (size_t)c->B * c->T * (c->Hq + 2 * c->Hkv) * c->D; }
-static size_t attn_out_numel(const attn_ctx *c) { return (size_t)c->B * c->T * c->Hq * c->D; }
-
-static double attn_loss(void *p) {
-    attn_ctx *c = p;
-    cpu_attention_forward(c->out, c->lse, c->eager ? c->probs : NULL, c->qkv, c->B, c->T, c->Hq, c->Hkv, c->D,
-                          NULL);
-    return dot_d(c->out, c->R, attn_out_numel(c));
-}
-
-/* The textbook O(T^2) causal GQA attention in double. */
-static void attn_reference(const attn_ctx *c, double *out, double *lse, double *probs) {
-    int W = (c->Hq + 2 * c->Hkv) * c->D, grp = c->Hq / c->Hkv, T = c->T, D = c->D;
-    double *s = malloc((size_t)T * sizeof(double));
-    for (int b = 0; b < c->B; b++)
-        for (int h = 0; h < c->Hq; h++)
-            for (int t = 0; t < T; t++) {
-                const float *q = c->qkv + (size_t)(b * T + t) * W + h * D;
-                double mx = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
-                    const float *k = c->qkv + (size_t)(b * T + j) * W + (c->Hq + h / grp) * D;
-                    s[j] = 0.0;
-                    for (int i = 0; i < D; i++) s[j] += (double)q[i] * k[i];
-                    s[j] /= sqrt((double)D);
-                    mx = fmax(mx, s[j]);
-                }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
-                size_t row = ((size_t)b * c->Hq + h) * T + t;
-                lse[row] = mx + log(sum);
-                double *o = out + (size_t)(b * T + t) * c->Hq * D + h * D;
-                for (int i = 0; i < D; i++) o[i] = 0.0;
-                for (int j = 0; j < T; j++) {
-                    double pj = j <= t ? exp(s[j] - lse[row]) : 0.0;
-                    probs[row * T + j] = pj;
-                    const float *v = c->qkv + (size_t)(b * T + j) * W + (c->Hq + c->Hkv + h / grp) * D;
-                    for (int i = 0; i < D && j <= t; i++) o[i] += pj * v[i];
-                }
-            }
-    free(s);
-}
-
 /* Forward against the reference, then the gradient of both paths (stored probs, recomputed probs). */
 static void test_attention(int B, int T, int Hq, int Hkv, int D) {
     attn_ctx c = {.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D};
-    size_t nq = attn_qkv_numel(&c), no = attn_out_numel(&c), nl = (size_t)B * Hq * T, np_ = nl * T;
-    c.qkv = rand_f(nq, 1.5f);
-    c.out = alloc_f(no);
-    c.lse = alloc_f(nl);
-    c.probs = alloc_f(np_);
-    c.R = rand_f(no, 1.0f);
-    double *rout = malloc(no * sizeof(double)), *rlse = malloc(nl * sizeof(double));
-    double *rprobs = malloc(np_ * sizeof(double));
-    attn_reference(&c, rout, rlse, rprobs);
-    float *dq[2];
-    for (int eager = 1; eager >= 0; eager--) {
-        char what[96];
-        snprintf(what, sizeof what, "attention B%d T%d Hq%d Hkv%d D%d %s", B, T, Hq, Hkv, D,
-                 eager ? "probs" : "probs=NULL");
-        c.eager = eager;
-        fill_nan(c.out, no);
-        fill_nan(c.lse, nl);
-        fill_nan(c.probs, np_);
-        attn_loss(&c);
-        compare(what, c.out, rout, no, 1e-6, 1e-5);
-        char sub[128];
-        snprintf(sub, sizeof sub, "%s lse", what);
-        compare(sub, c.lse, rlse, nl, 1e-6, 1e-6);
-        if (eager) {
-            snprintf(sub, sizeof sub, "%s P (0 above diagonal)", what);
-            compare(sub, c.probs, rprobs, np_, 1e-7, 1e-5);
-        }
-        dq[eager] = alloc_f(nq);
-        fill_nan(dq[eager], nq); /* every part of dqkv must be overwritten */
-        cpu_attention_backward(dq[eager], c.R, c.qkv, c.out, c.lse, eager ? c.probs : NULL, B, T, Hq, Hkv, D, NULL);
-        grad_param p = {"qkv", c.qkv, nq, dq[eager]};
-        check_grads(what, attn_loss, &c, &p, 1);
-    }
-    double worst = 0.0;
-    for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs((double)dq[0][i] - dq[1][i]));
-    check(worst <= 1e-6, "%-40s dqkv stored vs recomputed probs: max diff %.2e", "attention", worst);
-    free(c.qkv), free(c.out), free(c.lse), free(c.probs), free(c.R), free(rout), free(rlse), free(rprobs);
-    free(dq[0]), free(dq[1]);
+    attn_setup(&c);
+    attn_check_paths(&c, "attention", "attention");
+    attn_free(&c);
 }
 
 /* ---- swiglu ------------------------------------------------------------------------------------- */
@@ -530,7 +451,7 @@ static void test_cross_entropy(void) {
     compare("cross_entropy losses", c.losses, ref, (size_t)c.n, 1e-6, 1e-6);
     int zero = c.losses[2] == 0.0f;
     for (int v = 0; v < c.V; v++) zero &= c.work[2 * c.V + v] == 0.0f;
-    check(zero, "%-40s ignored row (target -1): loss 0, gradient row 0", "cross_entropy");
+    check_that(zero, "%-40s ignored row (target -1): loss 0, gradient row 0", "cross_entropy");
     float *g = copy_f(c.work, nl);
     grad_param p = {"logits", c.logits, nl, g};
     check_grads("cross_entropy (grad_scale 0.37)", ce_loss, &c, &p, 1);
@@ -585,9 +506,9 @@ static void test_adamw(float wd, float grad_scale, int round_master, int round_w
     char what[96];
     snprintf(what, sizeof what, "adamw wd %g gs %g%s%s", wd, grad_scale, round_master ? " round_master" : "",
              round_working ? " round_working" : "");
-    check(worst_p <= 1.0 && worst_mv <= 1.0 && all_bf16 && working_ok,
-          "%-40s %d steps vs double: param err/tol %.3f, m,v err/tol %.3f%s, working %s", what, steps, worst_p,
-          worst_mv, round_master ? (all_bf16 ? ", all bf16" : ", NOT bf16") : "", working_ok ? "ok" : "WRONG");
+    check_that(worst_p <= 1.0 && worst_mv <= 1.0 && all_bf16 && working_ok,
+               "%-40s %d steps vs double: param err/tol %.3f, m,v err/tol %.3f%s, working %s", what, steps, worst_p,
+               worst_mv, round_master ? (all_bf16 ? ", all bf16" : ", NOT bf16") : "", working_ok ? "ok" : "WRONG");
     free(p), free(m), free(v), free(g), free(work);
 }
 
@@ -606,8 +527,8 @@ static void test_sums(void) {
         worst = fmax(worst, fabs(cpu_sum_squares(x, n) - ss) / fmax(ss, 1e-300));
         free(x);
     }
-    check(worst <= 1e-12, "%-40s vs naive double sums, n = 0 .. 100003: max rel err %.2e", "sum, sum_squares",
-          worst);
+    check_that(worst <= 1e-12, "%-40s vs naive double sums, n = 0 .. 100003: max rel err %.2e", "sum, sum_squares",
+               worst);
 }
 
 static void test_round_bf16(void) {
@@ -630,7 +551,7 @@ static void test_round_bf16(void) {
     x[0] = NAN;
     cpu_round_bf16(x, 1);
     ok &= isnan(x[0]);
-    check(ok, "%-40s known ties/overflow/NaN and == fsdp_round_bf16 on 1000 values", "round_bf16");
+    check_that(ok, "%-40s known ties/overflow/NaN and == fsdp_round_bf16 on 1000 values", "round_bf16");
     free(r), free(e);
 }
 
@@ -650,7 +571,7 @@ static void check_threads(const char *what, det_fn op, void *ctx, size_t nfloats
         same &= memcmp(ref, got, nfloats * sizeof(float)) == 0;
     }
     omp_set_num_threads(saved);
-    check(same, "%-40s bitwise equal with 1, 2 and 3 threads", what);
+    check_that(same, "%-40s bitwise equal with 1, 2 and 3 threads", what);
     free(ref), free(got);
 }
 
@@ -748,10 +669,5 @@ int main(void) {
     test_sums();
     test_round_bf16();
     test_determinism();
-    if (g_failures) {
-        printf("%d check(s) FAILED\n", g_failures);
-        return 1;
-    }
-    printf("all checks passed\n");
-    return 0;
+    return check_summary("test_ops_grad");
 }

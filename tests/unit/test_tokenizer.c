@@ -55,10 +55,7 @@ static void expect(fsdp_tokenizer *t, const char *text, int special, const char 
     char got[1200] = "";
     if (fsdp_tokenizer_encode(t, s, text, strlen(text), special, &ids, &err)) snprintf(got, sizeof got, "error %s", err.msg);
     for (size_t i = 0; i < ids.n; i++) snprintf(got + strlen(got), sizeof got - strlen(got), i ? " %u" : "%u", ids.p[i]);
-    if (strcmp(got, want)) {
-        fprintf(stderr, "FAIL: encode \"%s\": got [%s], want [%s]\n", text, got, want);
-        failures++;
-    }
+    check_quiet(!strcmp(got, want), "encode \"%s\": got [%s], want [%s]", text, got, want);
     fsdp_ids_free(&ids);
     fsdp_tokenizer_state_free(s);
 }
@@ -68,10 +65,8 @@ static void expect_decode(fsdp_tokenizer *t, const uint32_t *ids, size_t n, int 
     fsdp_buf out = {0};
     fsdp_err err = {0};
     int rc = fsdp_tokenizer_decode(t, s, ids, n, skip, &out, &err);
-    if (rc || strcmp(out.p ? out.p : "", want)) {
-        fprintf(stderr, "FAIL: decode: got \"%s\" (%s), want \"%s\"\n", out.p ? out.p : "", err.msg, want);
-        failures++;
-    }
+    check_quiet(!rc && !strcmp(out.p ? out.p : "", want), "decode: got \"%s\" (%s), want \"%s\"", out.p ? out.p : "",
+                err.msg, want);
     fsdp_buf_free(&out);
     fsdp_tokenizer_state_free(s);
 }
@@ -132,10 +127,8 @@ static void refuse(const char *what, const char *json_text, const char *want) {
     write_file(json_text);
     fsdp_err err = {0};
     fsdp_tokenizer *t = fsdp_tokenizer_load(path, &err);
-    if (t || strstr(err.msg, path) != err.msg || !strstr(err.msg, want)) {
-        fprintf(stderr, "FAIL: %s: %s (want '%s')\n", what, t ? "loaded" : err.msg, want);
-        failures++;
-    }
+    check_quiet(!t && strstr(err.msg, path) == err.msg && strstr(err.msg, want), "%s: %s (want '%s')", what,
+                t ? "loaded" : err.msg, want);
     fsdp_tokenizer_free(t);
 }
 
@@ -182,10 +175,5 @@ int main(void) {
     test_encode();
     test_refusals();
     remove(path);
-    if (failures) {
-        fprintf(stderr, "test_tokenizer: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_tokenizer: ok\n");
-    return 0;
+    return check_summary("test_tokenizer");
 }

@@ -91,10 +91,8 @@ static void expect_open_error(const unsigned char *header, size_t header_len, lo
     char path[1200];
     fsdp_err err = {0};
     int rc = open_raw(header, header_len, data_bytes, path, sizeof path, &err);
-    if (rc != -1 || strstr(err.msg, path) != err.msg || !strstr(err.msg, want)) {
-        fprintf(stderr, "FAIL: opening a file that should give '%s': rc %d, %s\n", want, rc, err.msg);
-        failures++;
-    }
+    check_quiet(rc == -1 && strstr(err.msg, path) == err.msg && strstr(err.msg, want),
+                "opening a file that should give '%s': rc %d, %s", want, rc, err.msg);
 }
 
 static void make_header(unsigned char *h, uint32_t version, uint32_t width, uint64_t count, uint64_t vocab) {
@@ -303,10 +301,5 @@ int main(void) {
     path_of(path, sizeof path, "rt.bin");
     remove(path);
     rmdir(dir);
-    if (failures) {
-        fprintf(stderr, "test_tokens: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_tokens: ok\n");
-    return 0;
+    return check_summary("test_tokens");
 }
