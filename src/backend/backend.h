@@ -329,7 +329,8 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
 int fsdp_backend_cuda_available(void);
 
 /* The failure path of alloc (see fsdp_oom): returns NULL when deferred, else does not return.
- * `detail` says what the device had. */
+ * `detail` says what the device had; `bytes` is 0 when a library failed to allocate an amount it
+ * does not say (NCCL's buffers). */
 void *fsdp_backend_out_of_memory(fsdp_backend *be, size_t bytes, const char *what, const char *detail);
 
 /* Total memory of the first visible GPU and its name; 0 when this build has no CUDA backend or no

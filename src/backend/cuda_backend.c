@@ -333,27 +333,41 @@ static void cuda_comm_destroy(fsdp_backend *be, fsdp_comm *c) {
 
 static ncclDataType_t nccl_type(fsdp_dtype t) { return t == FSDP_BF16 ? ncclBfloat16 : ncclFloat32; }
 
+/* NCCL allocates most of a communicator's buffers at its first collectives, and a cudaMalloc it
+ * cannot make comes back as ncclUnhandledCudaError. With under NCCL_OOM_FREE_BYTES free on the
+ * device that is an out-of-memory like any other (one line with the plan, from the trainer's hook),
+ * not an NCCL error. */
+#define NCCL_OOM_FREE_BYTES ((size_t)1 << 30)
+static void check_collective(fsdp_backend *be, ncclResult_t rc, const char *call, const fsdp_comm *c, int line) {
+    if (rc == ncclSuccess) return;
+    if (rc == ncclUnhandledCudaError) {
+        size_t free_b = 0, total = 0;
+        if (cudaMemGetInfo(&free_b, &total) == cudaSuccess && free_b < NCCL_OOM_FREE_BYTES) {
+            char what[96];
+            snprintf(what, sizeof what, "NCCL's buffers of the %s communicator (%s)", c->name, call);
+            out_of_memory(be, 0, what);
+        }
+    }
+    fsdp_fatal("%s on the %s communicator failed at %s:%d: %s", call, c->name, __FILE__, line, ncclGetErrorString(rc));
+}
+
 static void cuda_all_gather(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype t,
                             fsdp_stream *s) {
-    (void)be;
-    FSDP_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(t), c->comm, s->stream));
+    check_collective(be, ncclAllGather(send, recv, count, nccl_type(t), c->comm, s->stream), "ncclAllGather", c, __LINE__);
 }
 
 static void cuda_reduce_scatter(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                                 fsdp_dtype t, fsdp_stream *s) {
-    (void)be;
-    FSDP_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, c->comm, s->stream));
+    check_collective(be, ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, c->comm, s->stream), "ncclReduceScatter", c, __LINE__);
 }
 
 static void cuda_all_reduce(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t, fsdp_stream *s) {
-    (void)be;
-    FSDP_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, c->comm, s->stream));
+    check_collective(be, ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, c->comm, s->stream), "ncclAllReduce", c, __LINE__);
 }
 
 static void cuda_all_to_all(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                             fsdp_dtype t, fsdp_stream *s) {
-    (void)be;
-    FSDP_CHECK_NCCL(ncclAlltoAll(send, recv, count, nccl_type(t), c->comm, s->stream));
+    check_collective(be, ncclAlltoAll(send, recv, count, nccl_type(t), c->comm, s->stream), "ncclAlltoAll", c, __LINE__);
 }
 
 /* ---- lifetime ---- */

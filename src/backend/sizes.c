@@ -55,7 +55,8 @@ void fsdp_device_workspace_bytes(fsdp_device_kind k, const fsdp_op_extent *x, in
     out->total = out->lt_workspace + out->tune_scratch + out->op_scratch;
 }
 
-size_t fsdp_outside_estimate(fsdp_device_kind k, int communicators) {
+size_t fsdp_outside_estimate(fsdp_device_kind k, int communicators, int all_reduce_communicators) {
     if (k == FSDP_DEVICE_CPU) return 0;
-    return FSDP_CUDA_CONTEXT_BYTES_ESTIMATE + (size_t)communicators * FSDP_NCCL_COMM_BYTES_ESTIMATE;
+    return FSDP_CUDA_CONTEXT_BYTES_ESTIMATE + (size_t)(communicators - all_reduce_communicators) * FSDP_NCCL_COMM_BYTES_ESTIMATE +
+           (size_t)all_reduce_communicators * FSDP_NCCL_ALL_REDUCE_COMM_BYTES_ESTIMATE;
 }

@@ -64,12 +64,18 @@ void fsdp_device_workspace_bytes(fsdp_device_kind k, const fsdp_op_extent *x, in
                                  fsdp_device_workspace *out);
 
 /* Device memory in use outside fsdp.c's allocations on a GPU running one rank with
- * `communicators` NCCL communicators: the CUDA context with the kernels and cuBLAS(Lt) loaded, and
- * NCCL's buffers. Estimates (not counted by reserved_bytes and not exact): the GPU runs report the
- * measured value ("outside_gib" in the metrics summary), bench/plan_vs_measured.py compares them.
- * 0 on the CPU. */
-#define FSDP_CUDA_CONTEXT_BYTES_ESTIMATE ((size_t)512 << 20)
-#define FSDP_NCCL_COMM_BYTES_ESTIMATE ((size_t)256 << 20)
-size_t fsdp_outside_estimate(fsdp_device_kind k, int communicators);
+ * `communicators` NCCL communicators, `all_reduce_communicators` of them carrying the replicas'
+ * large all-reduces: the CUDA context with the kernels and cuBLAS(Lt) loaded, and NCCL's buffers,
+ * most of which NCCL allocates at a communicator's first collectives, not when it is created.
+ * Estimates (not counted by reserved_bytes): the GPU runs report the measured value ("outside_gib"
+ * in the metrics summary at the end of the run) and bench/plan_vs_measured.py compares them. The
+ * figures are what two H100s over NVLink measured at the end of a run (NCCL 2.28, 2026-11-25: 0.58
+ * GiB context; 1.81 GiB for the gather, reduce-scatter and norm communicators of FULL; 0.86 GiB for
+ * NO_SHARD's all-reduce communicator, whose ring and tree are both connected); NCCL's channel count,
+ * and so its buffers, differ on other topologies. 0 on the CPU. */
+#define FSDP_CUDA_CONTEXT_BYTES_ESTIMATE ((size_t)600 << 20)
+#define FSDP_NCCL_COMM_BYTES_ESTIMATE ((size_t)620 << 20)
+#define FSDP_NCCL_ALL_REDUCE_COMM_BYTES_ESTIMATE ((size_t)900 << 20)
+size_t fsdp_outside_estimate(fsdp_device_kind k, int communicators, int all_reduce_communicators);
 
 #endif

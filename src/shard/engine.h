@@ -110,6 +110,7 @@ typedef struct {
     size_t staging;                      /* copy-engine reductions */
     int gathered_rings, gathered_slots, grad_rings, grad_slots;
     int communicators;                   /* backend communicators the engine creates */
+    int all_reduce_communicators;        /* of them, the replicas' (large all-reduces) */
     size_t total;
 } fsdp_engine_memory;
 void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const fsdp_shard_options *opts, int world,

@@ -66,10 +66,12 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
     }
     if (S > 1 && opts->copy_engine_reductions && training) take(out, &out->staging, kind, (size_t)largest * re);
 
-    if (training)
+    if (training) {
         out->communicators = (S > 1 ? 3 : 0) + (R > 1 ? 1 : 0) + (world > 1 && S != world && R != world ? 1 : 0);
-    else
+        out->all_reduce_communicators = R > 1 ? 1 : 0;
+    } else {
         out->communicators = S > 1 ? 1 : 0; /* the gathers' */
+    }
     free(rings);
     free(which);
     free(padded);

@@ -177,10 +177,10 @@ static void oom_hook(fsdp_backend *be, size_t bytes, const char *what, const cha
     char line[512], adv[320];
     fsdp_memory_plan_line(&t->plan, line, sizeof line);
     advice(t, adv, sizeof adv);
-    char b[32];
-    fsdp_fatal("out of %s memory at step %d allocating %s for %s (%s): the plan for --mbs %d: %s; %s",
-               be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", t->step + 1, fsdp_bytes_text((double)bytes, b), what,
-               detail, t->opt.mbs, line, adv);
+    char b[32], size[48] = "";
+    if (bytes) snprintf(size, sizeof size, " allocating %s", fsdp_bytes_text((double)bytes, b)); /* 0: a library's own */
+    fsdp_fatal("out of %s memory at step %d%s for %s (%s): the plan for --mbs %d: %s; %s",
+               be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", t->step + 1, size, what, detail, t->opt.mbs, line, adv);
 }
 
 /* Under --mbs auto on a GPU, what NCCL and cuBLAS still allocate in the first steps is held to the

@@ -124,7 +124,7 @@ void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_opt
 
     out->reserved =
         out->engine.total + out->optimizer_states + out->activations + out->step_scalars + out->workspace.total;
-    out->outside = fsdp_outside_estimate(k, out->engine.communicators);
+    out->outside = fsdp_outside_estimate(k, out->engine.communicators, out->engine.all_reduce_communicators);
     out->total = out->reserved + out->outside;
     free(specs);
     free(order);
