@@ -110,7 +110,12 @@ int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float 
     return unit_pieces(t, u, (char *)master, (char *)m, (char *)v, sizeof(float), out);
 }
 
-void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
+size_t fsdp_trainer_master_staging_bytes(const fsdp_trainer *t, int64_t elems) {
+    size_t es = master_size(t);
+    return es == 4 && t->opt.master_dtype == FSDP_F32 ? 0 : (size_t)elems * es;
+}
+
+void fsdp_trainer_unit_set_master_staged(fsdp_trainer *t, int u, const float *master, void *staged) {
     fsdp_backend *be = t->be;
     fsdp_shard_view view = fsdp_engine_view(t->eng, u);
     size_t es = master_size(t), n = (size_t)view.len;
@@ -119,7 +124,6 @@ void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
         be->runtime->stream_synchronize(be, be->compute);
         return;
     }
-    void *staged = fsdp_xmalloc(n * es, "weights staging");
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         if (es == 2)
@@ -129,6 +133,12 @@ void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
     }
     be->runtime->copy_h2d(be, view.master, staged, n * es, be->compute);
     be->runtime->stream_synchronize(be, be->compute);
+}
+
+void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
+    size_t bytes = fsdp_trainer_master_staging_bytes(t, fsdp_engine_view(t->eng, u).len);
+    void *staged = bytes ? fsdp_xmalloc(bytes, "weights staging") : NULL;
+    fsdp_trainer_unit_set_master_staged(t, u, master, staged);
     free(staged);
 }
 

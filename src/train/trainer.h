@@ -106,6 +106,11 @@ int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float 
 /* Copies a host fp32 array of unit u's shard length into its master shard (rounded to the master
  * dtype); call fsdp_engine_refresh_working after the last unit. */
 void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master);
+/* The same through a caller's buffer of fsdp_trainer_master_staging_bytes(t, the shard's length)
+ * (0: none needed, the fp32 array is copied as it is), for callers that set unit after unit: one
+ * buffer, page-locked on a GPU host, instead of an allocation per unit. */
+size_t fsdp_trainer_master_staging_bytes(const fsdp_trainer *t, int64_t elems);
+void fsdp_trainer_unit_set_master_staged(fsdp_trainer *t, int u, const float *master, void *staged);
 /* Test hook (FSDP_TEST_FAIL=...:poison): makes this rank's first master weight NaN. */
 void fsdp_trainer_poison(fsdp_trainer *t);
 
