@@ -413,18 +413,34 @@ float fsdp_f16_to_f32(uint16_t h) {
     return f;
 }
 
-/* Elements per positioned read: large enough for full disk bandwidth, small enough to spread a
- * tensor over threads. */
+/* Elements per positioned read of fsdp_st_read_f32: large enough for full disk bandwidth, small
+ * enough to spread a tensor over threads. */
 #define READ_CHUNK_ELEMS (4 << 20)
 
-static void convert(fsdp_st_dtype dtype, const uint16_t *in, float *out, int64_t n) {
-    if (dtype == FSDP_ST_BF16)
+void fsdp_st_convert_f32(fsdp_st_dtype dtype, const void *raw, int64_t n, float *out) {
+    const uint16_t *in = raw;
+    if (dtype == FSDP_ST_F32)
+        memcpy(out, raw, (size_t)n * 4);
+    else if (dtype == FSDP_ST_BF16)
         for (int64_t i = 0; i < n; i++) {
             uint32_t u = (uint32_t)in[i] << 16;
             memcpy(&out[i], &u, 4);
         }
     else
         for (int64_t i = 0; i < n; i++) out[i] = fsdp_f16_to_f32(in[i]);
+}
+
+int fsdp_st_read_raw(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, void *out,
+                     fsdp_err *err) {
+    const char *path = fsdp_st_path(s, t);
+    if (start < 0 || count < 0 || start + count > t->numel)
+        return fsdp_errf(err, "%s: tensor %s: elements [%lld, %lld) are outside its %lld", path, t->name,
+                         (long long)start, (long long)(start + count), (long long)t->numel);
+    size_t es = (size_t)fsdp_st_dtype_bits(t->dtype) / 8;
+    if (fsdp_st_pread_full(s->files[t->file].fd, out, (size_t)count * es, t->offset + (uint64_t)start * es))
+        return fsdp_errf(err, "%s: tensor %s: reading element %lld failed: %s", path, t->name, (long long)start,
+                         errno ? strerror(errno) : "the file ended early");
+    return 0;
 }
 
 int fsdp_st_read_f32(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, float *out,
@@ -436,37 +452,26 @@ int fsdp_st_read_f32(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t star
     if (start < 0 || count < 0 || start + count > t->numel)
         return fsdp_errf(err, "%s: tensor %s: elements [%lld, %lld) are outside its %lld", path, t->name,
                          (long long)start, (long long)(start + count), (long long)t->numel);
-    int fd = s->files[t->file].fd;
     size_t es = (size_t)fsdp_st_dtype_bits(t->dtype) / 8;
-    uint64_t base = t->offset + (uint64_t)start * es;
     int64_t chunks = (count + READ_CHUNK_ELEMS - 1) / READ_CHUNK_ELEMS;
-    int failed = 0, saved_errno = 0;
-    int64_t failed_at = 0;
+    int failed = 0;
 #pragma omp parallel if (chunks > 1)
     {
         uint16_t *buf = es == 2 ? fsdp_xmalloc((size_t)READ_CHUNK_ELEMS * 2, "a safetensors read") : NULL;
+        fsdp_err mine;
 #pragma omp for schedule(dynamic)
         for (int64_t c = 0; c < chunks; c++) {
             int64_t at = c * READ_CHUNK_ELEMS, n = count - at < READ_CHUNK_ELEMS ? count - at : READ_CHUNK_ELEMS;
             void *dst = es == 2 ? (void *)buf : (void *)(out + at);
-            if (fsdp_st_pread_full(fd, dst, (size_t)n * es, base + (uint64_t)at * es)) {
+            memset(&mine, 0, sizeof mine);
+            if (fsdp_st_read_raw(s, t, start + at, n, dst, &mine)) {
 #pragma omp critical(fsdp_st_read_error)
-                if (!failed) failed = 1, saved_errno = errno, failed_at = at;
+                if (!failed) failed = 1, *err = mine;
                 continue;
             }
-            if (es == 2) convert(t->dtype, buf, out + at, n);
+            if (es == 2) fsdp_st_convert_f32(t->dtype, buf, n, out + at);
         }
         free(buf);
     }
-    if (failed)
-        return fsdp_errf(err, "%s: tensor %s: reading element %lld failed: %s", path, t->name,
-                         (long long)(start + failed_at), saved_errno ? strerror(saved_errno) : "the file ended early");
-    return 0;
-}
-
-void fsdp_st_prefetch(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count) {
-    size_t es = (size_t)fsdp_st_dtype_bits(t->dtype) / 8;
-    if (es == 0 || start < 0 || count <= 0 || start + count > t->numel) return;
-    posix_fadvise(s->files[t->file].fd, (off_t)(t->offset + (uint64_t)start * es), (off_t)((uint64_t)count * es),
-                  POSIX_FADV_WILLNEED);
+    return failed ? -1 : 0;
 }

@@ -19,6 +19,7 @@
  * the ones the caller expects (missing, unexpected, shape, a dtype that cannot be converted).
  * fsdp_st_read_f32 reads any element range of a tensor with pread at computed offsets, converting
  * BF16, F16 and F32 to fp32; it is thread-safe and reads large ranges on several OpenMP threads.
+ * fsdp_st_read_raw and fsdp_st_convert_f32 are its two halves, for callers that pipeline them.
  *
  * Writing (safetensors_write.h) is split from reading. Both assume a little-endian host. */
 #ifndef FSDP_IO_SAFETENSORS_H
@@ -101,10 +102,13 @@ int fsdp_st_check(const fsdp_st_set *s, const fsdp_st_expect *want, int num_want
 int fsdp_st_read_f32(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, float *out,
                      fsdp_err *err);
 
-/* Asks the kernel to start reading those elements' bytes into the page cache (posix_fadvise
- * WILLNEED), so that a later fsdp_st_read_f32 finds them there; best effort, may block while the
- * reads are submitted. */
-void fsdp_st_prefetch(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count);
+/* The two halves of fsdp_st_read_f32, for a caller that keeps the disk reading while it converts:
+ * fsdp_st_read_raw reads the bytes of elements [start, start + count) of t as the file holds them
+ * (count x fsdp_st_dtype_bits / 8 bytes) with one positioned read on the calling thread (thread-safe);
+ * fsdp_st_convert_f32 turns count elements of a readable dtype into fp32 on the calling thread. */
+int fsdp_st_read_raw(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, void *out,
+                     fsdp_err *err);
+void fsdp_st_convert_f32(fsdp_st_dtype dtype, const void *raw, int64_t count, float *out);
 
 /* IEEE half -> float, exactly (subnormals, infinities and NaNs included). */
 float fsdp_f16_to_f32(uint16_t h);

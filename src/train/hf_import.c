@@ -145,19 +145,173 @@ static int from_checkpoint(fsdp_trainer *t, progress *p, fsdp_err *err) {
     return rc;
 }
 
-/* The next unit's bytes are read into the page cache on a helper thread while this unit is copied
- * to the device: the disk keeps reading instead of waiting for the copy. */
+/* ---- the Hugging Face pipeline ----
+ *
+ * READERS threads take the weights' chunks in unit order, each at most CHUNK_BYTES of one tensor:
+ * a thread preads a chunk's raw bytes (the files' dtype) into its own buffer and converts them into
+ * the fp32 staging array of the chunk's unit. There are STAGED_UNITS staging arrays, so the readers
+ * go on with the next unit while the main thread hands a complete one to the device: the disk keeps
+ * READERS large reads in flight from the first chunk to the last, and conversion runs on the
+ * readers, between their reads. A tied embedding's chunk also reads the same elements of
+ * lm_head.weight and compares them with the values just converted. */
+enum {
+    CHUNK_BYTES = 8 << 20, /* one pread: large enough for the disk's full bandwidth per request */
+    READERS = 6,           /* preads in flight while others convert: the queue depth a cold read needs */
+    STAGED_UNITS = 2       /* one unit read while the one before is handed to the device */
+};
+
+typedef struct {
+    int param;
+    int unit;
+    int64_t start, count; /* elements of the parameter */
+    int64_t dest;         /* element offset in the unit's staging array */
+} chunk;
+
+/* Elements [start, start + count) of a unit's staging array that no parameter covers (alignment
+ * and the shard's padding): zeroed, the rest is overwritten by every unit. */
+typedef struct {
+    int unit;
+    int64_t start, count;
+} gap;
+
 typedef struct {
     const fsdp_hf_weights *w;
-    const fsdp_ckpt_piece *pieces;
-    int n;
-} prefetch_job;
+    const chunk *chunks;
+    int64_t num_chunks;
+    gap *gaps;                /* in unit order */
+    int64_t num_gaps;
+    float *staging[STAGED_UNITS];
+    pthread_mutex_t lock;
+    pthread_cond_t changed;   /* a chunk was converted, a staging array freed, or the readers must stop */
+    int64_t next;             /* the next chunk a reader takes */
+    int busy;                 /* readers reading or converting a chunk */
+    int handed;               /* units handed to the device: units below handed + STAGED_UNITS may be read */
+    int64_t *left;            /* per unit: chunks not yet converted */
+    int64_t bytes;            /* read so far */
+    int64_t failed;           /* the first chunk that failed, num_chunks while none did */
+    fsdp_err failure;
+    int stop;
+} pipeline;
 
-static void *prefetch_main(void *arg) {
-    const prefetch_job *job = arg;
-    for (int i = 0; i < job->n; i++)
-        fsdp_hf_weights_prefetch(job->w, job->pieces[i].tensor, job->pieces[i].start, job->pieces[i].count);
+static int read_chunk(pipeline *pl, const chunk *ch, void *raw, int64_t *bytes, fsdp_err *err) {
+    const fsdp_st_tensor *sources[2];
+    int m = fsdp_hf_weights_sources(pl->w, ch->param, sources);
+    float *out = pl->staging[ch->unit % STAGED_UNITS] + ch->dest;
+    for (int k = 0; k < m; k++) {
+        if (fsdp_st_read_raw(&pl->w->set, sources[k], ch->start, ch->count, raw, err)) return -1;
+        *bytes += ch->count * fsdp_st_dtype_bits(sources[k]->dtype) / 8;
+        if (k == 0)
+            fsdp_st_convert_f32(sources[k]->dtype, raw, ch->count, out);
+        else if (fsdp_hf_weights_check_tied(pl->w, ch->start, ch->count, raw, out, err))
+            return -1;
+    }
+    return 0;
+}
+
+static void *reader_main(void *arg) {
+    pipeline *pl = arg;
+    void *raw = fsdp_xmalloc(CHUNK_BYTES, "an init-from read");
+    pthread_mutex_lock(&pl->lock);
+    for (;;) {
+        while (!pl->stop && pl->next < pl->failed && pl->next < pl->num_chunks &&
+               pl->chunks[pl->next].unit >= pl->handed + STAGED_UNITS)
+            pthread_cond_wait(&pl->changed, &pl->lock);
+        if (pl->stop || pl->next >= pl->failed || pl->next >= pl->num_chunks) break;
+        int64_t c = pl->next++;
+        pl->busy++;
+        pthread_mutex_unlock(&pl->lock);
+        fsdp_err e;
+        memset(&e, 0, sizeof e);
+        int64_t bytes = 0;
+        int rc = read_chunk(pl, &pl->chunks[c], raw, &bytes, &e);
+        pthread_mutex_lock(&pl->lock);
+        pl->busy--;
+        pl->bytes += bytes;
+        if (rc == 0) {
+            pl->left[pl->chunks[c].unit]--;
+        } else if (c < pl->failed) {
+            pl->failed = c;
+            pl->failure = e;
+        }
+        pthread_cond_broadcast(&pl->changed);
+    }
+    pthread_mutex_unlock(&pl->lock);
+    free(raw);
     return NULL;
+}
+
+/* Waits until unit u is in its staging array (0), or a chunk up to its last has failed (-1, err set:
+ * the first chunk's failure, once no reader can fail on an earlier one). *bytes becomes the bytes
+ * read so far. */
+static int wait_unit(pipeline *pl, int u, int64_t *bytes, fsdp_err *err) {
+    pthread_mutex_lock(&pl->lock);
+    while (pl->left[u] > 0 && !(pl->failed < pl->num_chunks && pl->busy == 0))
+        pthread_cond_wait(&pl->changed, &pl->lock);
+    int rc = pl->left[u] > 0 ? -1 : 0;
+    if (rc) *err = pl->failure;
+    *bytes = pl->bytes;
+    pthread_mutex_unlock(&pl->lock);
+    return rc;
+}
+
+static void set_handed(pipeline *pl, int handed, int stop) {
+    pthread_mutex_lock(&pl->lock);
+    pl->handed = handed;
+    pl->stop = stop;
+    pthread_cond_broadcast(&pl->changed);
+    pthread_mutex_unlock(&pl->lock);
+}
+
+static void *grow(void *array, int64_t n, int64_t *cap, size_t size, const char *what) {
+    if (n < *cap) return array;
+    *cap = *cap ? 2 * *cap : 256;
+    array = realloc(array, (size_t)*cap * size);
+    if (!array) fsdp_fatal("out of host memory for %lld %s", (long long)*cap, what);
+    return array;
+}
+
+static int by_dest(const void *a, const void *b) {
+    const char *x = ((const fsdp_ckpt_piece *)a)->param, *y = ((const fsdp_ckpt_piece *)b)->param;
+    return (x > y) - (x < y);
+}
+
+/* This rank's chunks of every unit in unit order, and the gaps between them. */
+static void plan(fsdp_trainer *t, pipeline *pl, float *base) {
+    const fsdp_layout *l = &t->layout;
+    fsdp_ckpt_piece *pieces = fsdp_xcalloc((size_t)l->num_params, sizeof *pieces, "init-from pieces");
+    chunk *chunks = NULL;
+    int64_t n = 0, cap = 0, gap_cap = 0;
+    for (int u = 0; u < l->num_units; u++) {
+        int np = fsdp_trainer_unit_pieces(t, u, base, NULL, NULL, pieces);
+        qsort(pieces, (size_t)np, sizeof *pieces, by_dest);
+        int64_t covered = 0; /* staging elements below this one are covered or in a gap already */
+        for (int i = 0; i <= np; i++) {
+            int64_t dest = i < np ? (float *)pieces[i].param - base : fsdp_engine_view(t->eng, u).len;
+            if (dest > covered) {
+                pl->gaps = grow(pl->gaps, pl->num_gaps, &gap_cap, sizeof *pl->gaps, "init-from gaps");
+                pl->gaps[pl->num_gaps++] = (gap){u, covered, dest - covered};
+            }
+            if (i == np) break;
+            if (dest + pieces[i].count > covered) covered = dest + pieces[i].count;
+            int64_t per = CHUNK_BYTES / (fsdp_st_dtype_bits(pl->w->by_param[pieces[i].tensor]->dtype) / 8);
+            for (int64_t at = 0; at < pieces[i].count; at += per) {
+                chunks = grow(chunks, n, &cap, sizeof *chunks, "init-from chunks");
+                int64_t len = pieces[i].count - at < per ? pieces[i].count - at : per;
+                chunks[n++] = (chunk){pieces[i].tensor, u, pieces[i].start + at, len, dest + at};
+                pl->left[u]++;
+            }
+        }
+    }
+    free(pieces);
+    pl->chunks = chunks;
+    pl->num_chunks = n;
+}
+
+/* Zeroes unit u's gaps in its staging array; *next walks the gaps in unit order. */
+static void zero_gaps(pipeline *pl, int u, int64_t *next) {
+    float *host = pl->staging[u % STAGED_UNITS];
+    for (; *next < pl->num_gaps && pl->gaps[*next].unit == u; ++*next)
+        memset(host + pl->gaps[*next].start, 0, (size_t)pl->gaps[*next].count * sizeof(float));
 }
 
 static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
@@ -168,26 +322,56 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
         if (rc == 0) fsdp_hf_weights_close(&w);
         return -1;
     }
-    /* Page-locked on a GPU host, so that the copy to the device runs at full speed. */
-    float *host = t->be->runtime->alloc_host(t->be, (size_t)max_shard(t) * sizeof(float), "init-from staging");
-    fsdp_ckpt_piece *pieces = fsdp_xcalloc((size_t)l->num_params, sizeof *pieces, "init-from pieces");
-    fsdp_ckpt_piece *next = fsdp_xcalloc((size_t)l->num_params, sizeof *next, "init-from pieces");
+    fsdp_backend *be = t->be;
+    pipeline pl;
+    memset(&pl, 0, sizeof pl);
+    pl.w = &w;
+    /* Page-locked on a GPU host, so that the copies to the device run at full speed. */
+    size_t shard = (size_t)max_shard(t);
+    for (int i = 0; i < STAGED_UNITS; i++)
+        pl.staging[i] = be->runtime->alloc_host(be, shard * sizeof(float), "init-from staging");
+    size_t master_bytes = fsdp_trainer_master_staging_bytes(t, (int64_t)shard);
+    void *master = master_bytes ? be->runtime->alloc_host(be, master_bytes, "init-from master staging") : NULL;
+    pl.left = fsdp_xcalloc((size_t)l->num_units, sizeof *pl.left, "init-from chunks");
+    plan(t, &pl, pl.staging[0]);
+    pl.failed = pl.num_chunks;
+    int64_t next_gap = 0;
+    for (int u = 0; u < STAGED_UNITS && u < l->num_units; u++) zero_gaps(&pl, u, &next_gap);
+    int e;
+    if ((e = pthread_mutex_init(&pl.lock, NULL)) != 0)
+        fsdp_fatal("init-from %s: pthread_mutex_init failed: %s", p->path, strerror(e));
+    if ((e = pthread_cond_init(&pl.changed, NULL)) != 0)
+        fsdp_fatal("init-from %s: pthread_cond_init failed: %s", p->path, strerror(e));
+    pthread_t readers[READERS];
+    int started = 0;
+    for (; started < READERS && started < pl.num_chunks; started++)
+        if ((e = pthread_create(&readers[started], NULL, reader_main, &pl)) != 0) {
+            rc = fsdp_errf(err, "init-from %s: starting reader thread %d of %d failed: %s", p->path, started + 1,
+                           READERS, strerror(e));
+            break;
+        }
+
     for (int u = 0; u < l->num_units && rc == 0; u++) {
-        prefetch_job job = {&w, next, u + 1 < l->num_units ? fsdp_trainer_unit_pieces(t, u + 1, host, NULL, NULL, next) : 0};
-        pthread_t helper;
-        int helping = job.n > 0 && pthread_create(&helper, NULL, prefetch_main, &job) == 0;
-        memset(host, 0, (size_t)fsdp_engine_view(t->eng, u).len * sizeof(float));
-        int n = fsdp_trainer_unit_pieces(t, u, host, NULL, NULL, pieces);
-        for (int i = 0; i < n && rc == 0; i++)
-            rc = fsdp_hf_weights_read(&w, pieces[i].tensor, pieces[i].start, pieces[i].count, pieces[i].param,
-                                      &p->bytes, err);
-        if (rc == 0) fsdp_trainer_unit_set_master(t, u, host);
-        if (helping) pthread_join(helper, NULL);
-        if (rc == 0) report(p, u + 1);
+        float *host = pl.staging[u % STAGED_UNITS];
+        rc = wait_unit(&pl, u, &p->bytes, err);
+        if (rc) break;
+        fsdp_trainer_unit_set_master_staged(t, u, host, master);
+        if (u + STAGED_UNITS < l->num_units) zero_gaps(&pl, u + STAGED_UNITS, &next_gap);
+        set_handed(&pl, u + 1, 0);
+        report(p, u + 1);
     }
-    free(next);
-    free(pieces);
-    t->be->runtime->free_host(t->be, host);
+
+    set_handed(&pl, pl.handed, 1);
+    for (int i = 0; i < started; i++)
+        if ((e = pthread_join(readers[i], NULL)) != 0)
+            fsdp_fatal("init-from %s: pthread_join of reader thread %d failed: %s", p->path, i + 1, strerror(e));
+    pthread_cond_destroy(&pl.changed);
+    pthread_mutex_destroy(&pl.lock);
+    free((void *)pl.chunks);
+    free(pl.gaps);
+    free(pl.left);
+    if (master) be->runtime->free_host(be, master);
+    for (int i = 0; i < STAGED_UNITS; i++) be->runtime->free_host(be, pl.staging[i]);
     char what[160];
     fsdp_hf_weights_describe(&w, what, sizeof what);
     fsdp_hf_weights_close(&w);

@@ -49,21 +49,37 @@ int fsdp_hf_weights_open(const char *dir, const fsdp_model_config *cfg, const fs
     return 0;
 }
 
+int fsdp_hf_weights_check_tied(const fsdp_hf_weights *w, int64_t start, int64_t count, const void *head_raw,
+                               const float *embed, fsdp_err *err) {
+    enum { STEP = 4096 };
+    const fsdp_st_tensor *head = w->tied_head, *e = w->by_param[w->embed_param];
+    size_t es = (size_t)fsdp_st_dtype_bits(head->dtype) / 8;
+    float values[STEP];
+    for (int64_t at = 0; at < count; at += STEP) {
+        int64_t n = count - at < STEP ? count - at : STEP;
+        fsdp_st_convert_f32(head->dtype, (const char *)head_raw + (size_t)at * es, n, values);
+        if (!memcmp(values, embed + at, (size_t)n * sizeof(float))) continue;
+        for (int64_t i = 0; i < n; i++)
+            if (memcmp(&values[i], &embed[at + i], sizeof(float)))
+                return fsdp_errf(err, "%s: tensor %s differs from %s (element %lld) but config.json ties them "
+                                 "(tie_word_embeddings)", fsdp_st_path(&w->set, head), head->name, e->name,
+                                 (long long)(start + at + i));
+    }
+    return 0;
+}
+
 static int check_tied_copy(fsdp_hf_weights *w, int64_t start, int64_t count, const float *embed, int64_t *bytes,
                            fsdp_err *err) {
     enum { STEP = 1 << 22 };
-    const fsdp_st_tensor *head = w->tied_head, *e = w->by_param[w->embed_param];
-    float *buf = fsdp_xmalloc((size_t)(count < STEP ? count : STEP) * sizeof(float), "the tied-head check");
+    const fsdp_st_tensor *head = w->tied_head;
+    size_t es = (size_t)fsdp_st_dtype_bits(head->dtype) / 8;
+    void *buf = fsdp_xmalloc((size_t)(count < STEP ? count : STEP) * es, "the tied-head check");
     int rc = 0;
     for (int64_t at = 0; at < count && rc == 0; at += STEP) {
         int64_t n = count - at < STEP ? count - at : STEP;
-        rc = fsdp_st_read_f32(&w->set, head, start + at, n, buf, err);
+        rc = fsdp_st_read_raw(&w->set, head, start + at, n, buf, err);
         *bytes += n * fsdp_st_dtype_bits(head->dtype) / 8;
-        for (int64_t i = 0; i < n && rc == 0; i++)
-            if (memcmp(&buf[i], &embed[at + i], sizeof(float)))
-                rc = fsdp_errf(err, "%s: tensor %s differs from %s (element %lld) but config.json ties them "
-                               "(tie_word_embeddings)", fsdp_st_path(&w->set, head), head->name, e->name,
-                               (long long)(start + at + i));
+        if (rc == 0) rc = fsdp_hf_weights_check_tied(w, start + at, n, buf, embed + at, err);
     }
     free(buf);
     return rc;
@@ -78,9 +94,10 @@ int fsdp_hf_weights_read(fsdp_hf_weights *w, int param, int64_t start, int64_t c
     return 0;
 }
 
-void fsdp_hf_weights_prefetch(const fsdp_hf_weights *w, int param, int64_t start, int64_t count) {
-    fsdp_st_prefetch(&w->set, w->by_param[param], start, count);
-    if (w->tied_head && param == w->embed_param) fsdp_st_prefetch(&w->set, w->tied_head, start, count);
+int fsdp_hf_weights_sources(const fsdp_hf_weights *w, int param, const fsdp_st_tensor *sources[2]) {
+    sources[0] = w->by_param[param];
+    sources[1] = w->tied_head && param == w->embed_param ? w->tied_head : NULL;
+    return sources[1] ? 2 : 1;
 }
 
 void fsdp_hf_weights_close(fsdp_hf_weights *w) {

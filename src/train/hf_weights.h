@@ -31,8 +31,17 @@ int fsdp_hf_weights_open(const char *dir, const fsdp_model_config *cfg, const fs
 /* Elements [start, start + count) of layout parameter `param` as fp32; *bytes grows by what was read. */
 int fsdp_hf_weights_read(fsdp_hf_weights *w, int param, int64_t start, int64_t count, float *out, int64_t *bytes,
                          fsdp_err *err);
-/* Starts reading those elements (and the tied lm_head.weight's) into the page cache. Thread-safe. */
-void fsdp_hf_weights_prefetch(const fsdp_hf_weights *w, int param, int64_t start, int64_t count);
+
+/* For readers that pipeline raw reads (fsdp_st_read_raw) and conversions: the file tensors whose
+ * elements [start, start + count) fsdp_hf_weights_read reads for layout parameter `param`, in that
+ * order (returns 1, or 2 for a tied embedding whose files hold lm_head.weight as well). The first
+ * converts to the parameter's values; the second is the copy to check with fsdp_hf_weights_check_tied. */
+int fsdp_hf_weights_sources(const fsdp_hf_weights *w, int param, const fsdp_st_tensor *sources[2]);
+/* Compares elements [start, start + count) of the tied lm_head.weight, given as the file's raw
+ * bytes, with the embedding's values of those elements; the message names both tensors and the
+ * first element that differs. */
+int fsdp_hf_weights_check_tied(const fsdp_hf_weights *w, int64_t start, int64_t count, const void *head_raw,
+                               const float *embed, fsdp_err *err);
 void fsdp_hf_weights_close(fsdp_hf_weights *w);
 /* "2 files, bf16" for messages. */
 void fsdp_hf_weights_describe(const fsdp_hf_weights *w, char *buf, int cap);
