@@ -135,7 +135,7 @@ DEVICE_NAME=$( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | 
 COMMAND="bench/hf_io_bench.sh --dir $DIR --models $MODELS --ranks $RANKS --dd-gib $DD_GIB --device $DEVICE"
 [ "$FROM_CKPT" = 1 ] && COMMAND="$COMMAND --from-checkpoint"
 python3 - "$LOG" "$RESULTS" "$DEVICE_NAME" "$COMMAND" "$(hostname)" <<'EOF'
-import datetime, json, re, sys
+import datetime, json, re, shutil, sys
 log, results, device, command, host = sys.argv[1:]
 rec = {"device": device, "host": host, "command": command, "date": datetime.date.today().isoformat(),
        "models": {}, "loads": [], "exports": []}
@@ -194,5 +194,6 @@ for e in rec["exports"]:
         e["model"], e["ranks"], e["source"], e["bytes_read"] / 1e9, e["bytes"] / 1e9, e["export_s"], e["MBps"],
         100 * e["of_dd_write"], e["dd_disk_s"], 100 * e["of_disk"], e["wall_s"]))
 open(stem + ".md", "w").write("\n".join(md) + "\n")
-print("hf_io_bench: wrote %s.md and .json" % stem)
+shutil.copyfile(log, stem + ".log")  # every command's own output: fsdp.c's progress and timing lines
+print("hf_io_bench: wrote %s.md, .json and .log" % stem)
 EOF
