@@ -252,6 +252,24 @@ static __device__ __forceinline__ void attn_load_tile(uint32_t dst, const bf16 *
     }
 }
 
+/* The top of key block kb (k0 = kb * BC, stage st = kb & 1) of a loop over double-buffered K and V
+ * tiles (flash forward, dQ): block kb has landed (the only group in flight); after the barrier
+ * every warp is done with block kb - 1, so stage st ^ 1 is free for block kb + 1, which then loads
+ * while this one is multiplied. One barrier per block. st and k0 come from the caller, which needs
+ * them too: recomputed here they changed the dQ kernels' machine code (3 instructions). */
+static __device__ __forceinline__ void attn_kv_step(int kb, int nkb, int st, int k0, uint32_t sk_a, uint32_t sv_a,
+                                                    const bf16 *kg, const bf16 *vg, long long W, int T, const int BC,
+                                                    const int D, const int LD, int tid, const int NT) {
+    attn_cp_async_wait0();
+    __syncthreads();
+    if (kb + 1 < nkb) {
+        const long long koff = (long long)(k0 + BC) * W;
+        attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, W, BC, T - k0 - BC, D, LD, tid, NT);
+        attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, W, BC, T - k0 - BC, D, LD, tid, NT);
+        attn_cp_async_commit();
+    }
+}
+
 /* Copies rows [0, rows) of a warp's staging tile (bf16, stride ld) to global rows (stride
  * `stride` elements) with 16-byte stores, skipping rows >= valid. */
 static __device__ __forceinline__ void attn_store_rows(bf16 *dst, long long stride, const bf16 *tile, int rows,

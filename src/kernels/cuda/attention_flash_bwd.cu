@@ -274,15 +274,7 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 
     for (int kb = 0; kb < nkb; kb++) {
         const int st = kb & 1, k0 = kb * BC;
-        /* Block kb has landed; after the barrier stage st^1 is free (as in the forward). */
-        attn_cp_async_wait0();
-        __syncthreads();
-        if (kb + 1 < nkb) {
-            const long long koff = (long long)(k0 + BC) * a.W;
-            attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
-            attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
-            attn_cp_async_commit();
-        }
+        attn_kv_step(kb, nkb, st, k0, sk_a, sv_a, kg, vg, a.W, T, BC, D, LD, tid, NT);
 
         if (k0 <= wr0 + WR - 1) {
             const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;

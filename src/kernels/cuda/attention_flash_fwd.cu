@@ -82,17 +82,7 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
 
     for (int kb = 0; kb < nkb; kb++) {
         const int st = kb & 1, k0 = kb * BC;
-        /* Block kb has landed (the only group in flight); after the barrier every warp is done
-         * with iteration kb - 1, so stage st^1 is free for block kb + 1, which then loads while
-         * this one is multiplied. One barrier per iteration. */
-        attn_cp_async_wait0();
-        __syncthreads();
-        if (kb + 1 < nkb) {
-            const long long koff = (long long)(k0 + BC) * a.W;
-            attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
-            attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
-            attn_cp_async_commit();
-        }
+        attn_kv_step(kb, nkb, st, k0, sk_a, sv_a, kg, vg, a.W, T, BC, D, LD, tid, NT);
 
         /* Skip the block when every key is after every row of this warp (warp-uniform). */
         if (k0 <= wr0 + WR - 1) {
