@@ -270,6 +270,14 @@ static __device__ __forceinline__ void attn_kv_step(int kb, int nkb, int st, int
     }
 }
 
+/* Half r of a C fragment cf (row g + 8 r, columns 2c, 2c + 1), times scale, as one bf16 pair at
+ * row `row`, column col of a staging tile with row stride ld. The epilogues write their warp's
+ * accumulators into shared memory this way, then copy the rows out with attn_store_rows. */
+static __device__ __forceinline__ void attn_stage_half(bf16 *stage, int row, int col, int ld, const float cf[4], int r,
+                                                       float scale) {
+    *(uint32_t *)(stage + row * ld + col) = attn_pack(cf[2 * r] * scale, cf[2 * r + 1] * scale);
+}
+
 /* Copies rows [0, rows) of a warp's staging tile (bf16, stride ld) to global rows (stride
  * `stride` elements) with 16-byte stores, skipping rows >= valid. */
 static __device__ __forceinline__ void attn_store_rows(bf16 *dst, long long stride, const bf16 *tile, int rows,

@@ -207,9 +207,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
     for (int dt = 0; dt < D / 8; dt++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int off = (g + 8 * r) * LD + dt * 8 + 2 * c;
-            *(uint32_t *)(stk + off) = attn_pack(dk[dt][2 * r] * a.scale, dk[dt][2 * r + 1] * a.scale);
-            *(uint32_t *)(stv + off) = attn_pack(dv[dt][2 * r], dv[dt][2 * r + 1]);
+            attn_stage_half(stk, g + 8 * r, dt * 8 + 2 * c, LD, dk[dt], r, a.scale);
+            attn_stage_half(stv, g + 8 * r, dt * 8 + 2 * c, LD, dv[dt], r, 1.0f);
         }
     __syncwarp();
     bf16 *dkg = (bf16 *)a.dqkv + ((long long)b * T + kw) * a.W + (long long)(a.Hq + kvh) * D;
@@ -359,8 +358,7 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
         for (int dt = 0; dt < D / 8; dt++)
 #pragma unroll
             for (int r = 0; r < 2; r++)
-                *(uint32_t *)(stage + (mt * 16 + g + 8 * r) * LD + dt * 8 + 2 * c) =
-                    attn_pack(dq[mt][dt][2 * r] * a.scale, dq[mt][dt][2 * r + 1] * a.scale);
+                attn_stage_half(stage, mt * 16 + g + 8 * r, dt * 8 + 2 * c, LD, dq[mt][dt], r, a.scale);
     __syncwarp();
     bf16 *dqg = (bf16 *)a.dqkv + ((long long)b * T + wr0) * a.W + (long long)h * D;
     attn_store_rows(dqg, a.W, stage, WR, T - wr0, D, LD, lane);

@@ -198,9 +198,7 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
             const float inv = DROP ? dr.drop.scale / lt : 1.0f / lt;
             const int row = mt * 16 + g + r * 8; /* inside the warp's rows */
 #pragma unroll
-            for (int dt = 0; dt < D / 8; dt++)
-                *(uint32_t *)(stage + row * LD + dt * 8 + 2 * c) =
-                    attn_pack(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+            for (int dt = 0; dt < D / 8; dt++) attn_stage_half(stage, row, dt * 8 + 2 * c, LD, o[mt][dt], r, inv);
             if (c == 0 && wr0 + row < T) lse[wr0 + row] = (m[mt][r] + __log2f(lt)) * ATTN_LN2;
         }
     __syncwarp();
