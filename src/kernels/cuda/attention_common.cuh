@@ -185,6 +185,32 @@ static __device__ __forceinline__ unsigned attn_drop_bits(const attn_dropout &dr
            (unsigned)(w.w[3] >= th) << 3;
 }
 
+/* Dropout on the MT x (BC / 8) C fragments acc of a warp's product with queries as rows (rows r0
+ * .. r0 + 16 MT - 1, keys k0 .. k0 + BC - 1; r0 and k0 multiples of 16): apply(x, keep) for each
+ * element x this lane holds, keep its mask bit (nonzero = kept). Tiles wholly above the diagonal
+ * draw nothing (their probabilities are 0 already). The flash forward zeroes dropped P; dQ scales
+ * dP by keep / (1 - p). */
+template <int AN, typename Apply>
+static __device__ __forceinline__ void attn_drop_rows(float (*acc)[AN][4], const attn_dropout &dr, int64_t sample,
+                                                      int h, int r0, int k0, const int MT, const int BC, int g, int c,
+                                                      Apply apply) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int np = 0; np < BC / 16; np++) {
+            const int ib = (r0 + mt * 16) >> 4, jb = (k0 >> 4) + np;
+            if (jb > ib) continue;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const unsigned w = attn_drop_bits(dr, sample, h, ib, jb, g, 2 * c + e);
+                apply(acc[mt][2 * np][e], w & 1u);
+                apply(acc[mt][2 * np + 1][e], w & 2u);
+                apply(acc[mt][2 * np][2 + e], w & 4u);
+                apply(acc[mt][2 * np + 1][2 + e], w & 8u);
+            }
+        }
+}
+
 /* Byte offset of element (r, c) of a tile with row stride ld. */
 static __device__ __forceinline__ uint32_t attn_at(int r, int c, int ld) { return (uint32_t)((r * ld + c) * 2); }
 

@@ -307,23 +307,9 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 
             /* Dropout: dP = keep' dP, with the forward's lane layout (queries as rows). */
             if (DROP) {
-                const int64_t sample = dr.drop.sample_base + b;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int np = 0; np < BC / 16; np++) {
-                        const int ib = (wr0 + mt * 16) >> 4, jb = (k0 >> 4) + np;
-                        if (jb > ib) continue; /* every key after every row: P is 0 */
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const unsigned w = attn_drop_bits(dr, sample, h, ib, jb, g, 2 * c + e);
-                            const float sc = dr.drop.scale;
-                            dp[mt][2 * np][e] *= w & 1u ? sc : 0.0f;
-                            dp[mt][2 * np + 1][e] *= w & 2u ? sc : 0.0f;
-                            dp[mt][2 * np][2 + e] *= w & 4u ? sc : 0.0f;
-                            dp[mt][2 * np + 1][2 + e] *= w & 8u ? sc : 0.0f;
-                        }
-                    }
+                const float sc = dr.drop.scale;
+                attn_drop_rows(dp, dr, dr.drop.sample_base + b, h, wr0, k0, MT, BC, g, c,
+                               [sc](float &x, unsigned keep) { x *= keep ? sc : 0.0f; });
             }
 
             /* dS = P (dP - delta), P = exp2(S * scale * log2 e - lse * log2 e); keys after the row

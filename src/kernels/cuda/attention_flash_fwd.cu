@@ -158,24 +158,10 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
                     }
                 }
 
-            if (DROP) {
-                const int64_t sample = dr.drop.sample_base + b;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int np = 0; np < BC / 16; np++) {
-                        const int ib = (wr0 + mt * 16) >> 4, jb = (k0 >> 4) + np;
-                        if (jb > ib) continue; /* every key after every row: P is 0 already */
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const unsigned keep = attn_drop_bits(dr, sample, h, ib, jb, g, 2 * c + e);
-                            if (!(keep & 1u)) s[mt][2 * np][e] = 0.0f;
-                            if (!(keep & 2u)) s[mt][2 * np + 1][e] = 0.0f;
-                            if (!(keep & 4u)) s[mt][2 * np][2 + e] = 0.0f;
-                            if (!(keep & 8u)) s[mt][2 * np + 1][2 + e] = 0.0f;
-                        }
-                    }
-            }
+            /* Dropout: dropped P = 0 (1 / (1 - p) joins 1 / l in the epilogue). */
+            if (DROP)
+                attn_drop_rows(s, dr, dr.drop.sample_base + b, h, wr0, k0, MT, BC, g, c,
+                               [](float &p, unsigned keep) { p = keep ? p : 0.0f; });
 
             /* O += P V: V is stored [key][dim] = [k][n]. */
             uint32_t pa[FWD_MT_MAX][4];
