@@ -220,6 +220,13 @@ static __device__ __forceinline__ float attn_exp2(float x) {
     return y;
 }
 
+/* acc[2 np] and acc[2 np + 1] (one m-tile's n-tiles) += a x the two n-tiles whose B fragments one
+ * ldmatrix x4 read into b (b[0], b[1]: n-tile 2 np; b[2], b[3]: 2 np + 1). */
+static __device__ __forceinline__ void attn_mma_x2(float (*acc)[4], int np, const uint32_t a[4], const uint32_t b[4]) {
+    attn_mma(acc[2 * np], a, b[0], b[1]);
+    attn_mma(acc[2 * np + 1], a, b[2], b[3]);
+}
+
 /* acc[m][2 np] and acc[m][2 np + 1] += a[m] x B for the m-tiles m < MT, where B is the 16 x 16
  * slice (two n-tiles) of a shared tile whose B fragments one ldmatrix x4 reads at this lane's
  * address addr: without .trans when the tile is stored [n][k] (lane_off_b), with it when stored
@@ -236,10 +243,7 @@ static __device__ __forceinline__ void attn_mma_ntile_pair(float (*acc)[AN][4], 
     else
         attn_ldsm_x4(b, addr);
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        attn_mma(acc[mt][2 * np], a[mt], b[0], b[1]);
-        attn_mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-    }
+    for (int mt = 0; mt < MT; mt++) attn_mma_x2(acc[mt], np, a[mt], b);
 }
 
 /* acc (MT m-tiles x N columns) += bf16(p) (MT m-tiles x K columns) x B, B the K x N shared tile at

@@ -285,9 +285,9 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 #pragma unroll
                     for (int e = 0; e < 4; e++) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
 
-            /* S = Q K^T, dP = dO V^T: K and V are stored [key][dim] = [n][k]. Written out rather than
-             * as two attn_mma_ntile_pair: the two products share one m-tile loop here, and splitting
-             * it reorders the ldmatrix and mma instructions (different machine code for 3 of 4 dq
+            /* S = Q K^T, dP = dO V^T: K and V are stored [key][dim] = [n][k]. Not two
+             * attn_mma_ntile_pair: the two products share one m-tile loop here, and splitting it
+             * reorders the ldmatrix and mma instructions (different machine code for 3 of 4 dq
              * kernels). */
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
@@ -298,10 +298,8 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
                     attn_ldsm_x4(vb4, svb + attn_at(np * 16, kk * 16, LD) + off_b);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        attn_mma(s[mt][2 * np], qf[mt][kk], kb4[0], kb4[1]);
-                        attn_mma(s[mt][2 * np + 1], qf[mt][kk], kb4[2], kb4[3]);
-                        attn_mma(dp[mt][2 * np], of[mt][kk], vb4[0], vb4[1]);
-                        attn_mma(dp[mt][2 * np + 1], of[mt][kk], vb4[2], vb4[3]);
+                        attn_mma_x2(s[mt], np, qf[mt][kk], kb4);
+                        attn_mma_x2(dp[mt], np, of[mt][kk], vb4);
                     }
                 }
 
