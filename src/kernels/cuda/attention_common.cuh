@@ -63,6 +63,19 @@ typedef struct {
     int active; /* 0: no dropout (the exact kernels test it at run time) */
 } attn_dropout;
 
+/* The two kernels of one tile shape of a flash body (flash_fwd_body, flash_bwd_dq_body,
+ * flash_bwd_dkdv_body): `name` without dropout (the body sees DROP = 0 and an inactive dropout
+ * block, so none of its dropout code is compiled in) and `drop_name` with it. The trailing
+ * arguments are the body's tile shape. */
+#define ATTN_FLASH_KERNELS(body, warps, name, drop_name, ...)                                                 \
+    __global__ void __launch_bounds__((warps) * 32) name(const attn_args a) {                                \
+        const attn_dropout none{};                                                                           \
+        body(a, none, 0, __VA_ARGS__);                                                                       \
+    }                                                                                                        \
+    __global__ void __launch_bounds__((warps) * 32) drop_name(const attn_args a, const attn_dropout dr) {   \
+        body(a, dr, 1, __VA_ARGS__);                                                                         \
+    }
+
 /* ---- host-side entry points between the attention files ---- */
 
 /* The tensor-core path (attention_flash_fwd.cu, attention_flash_bwd.cu): bf16, D in {64, 128},

@@ -360,32 +360,10 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 #define DQ_D64 64, 2, 32
 #define DQ_D128 128, 1, 32
 
-#define DKDV_KERNEL(name, ...)                                                                               \
-    __global__ void __launch_bounds__(DKDV_WARPS * 32) name(const attn_args a) {                             \
-        const attn_dropout none{};                                                                           \
-        flash_bwd_dkdv_body(a, none, 0, __VA_ARGS__);                                                        \
-    }
-#define DKDV_DROP_KERNEL(name, ...)                                                                          \
-    __global__ void __launch_bounds__(DKDV_WARPS * 32) name(const attn_args a, const attn_dropout dr) {     \
-        flash_bwd_dkdv_body(a, dr, 1, __VA_ARGS__);                                                          \
-    }
-#define DQ_KERNEL(name, ...)                                                                                 \
-    __global__ void __launch_bounds__(DQ_WARPS * 32) name(const attn_args a) {                               \
-        const attn_dropout none{};                                                                           \
-        flash_bwd_dq_body(a, none, 0, __VA_ARGS__);                                                          \
-    }
-#define DQ_DROP_KERNEL(name, ...)                                                                            \
-    __global__ void __launch_bounds__(DQ_WARPS * 32) name(const attn_args a, const attn_dropout dr) {       \
-        flash_bwd_dq_body(a, dr, 1, __VA_ARGS__);                                                            \
-    }
-DKDV_KERNEL(flash_bwd_dkdv_d64, DKDV_D64)
-DKDV_KERNEL(flash_bwd_dkdv_d128, DKDV_D128)
-DQ_KERNEL(flash_bwd_dq_d64, DQ_D64)
-DQ_KERNEL(flash_bwd_dq_d128, DQ_D128)
-DKDV_DROP_KERNEL(flash_bwd_dkdv_drop_d64, DKDV_D64)
-DKDV_DROP_KERNEL(flash_bwd_dkdv_drop_d128, DKDV_D128)
-DQ_DROP_KERNEL(flash_bwd_dq_drop_d64, DQ_D64)
-DQ_DROP_KERNEL(flash_bwd_dq_drop_d128, DQ_D128)
+ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdv_d64, flash_bwd_dkdv_drop_d64, DKDV_D64)
+ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdv_d128, flash_bwd_dkdv_drop_d128, DKDV_D128)
+ATTN_FLASH_KERNELS(flash_bwd_dq_body, DQ_WARPS, flash_bwd_dq_d64, flash_bwd_dq_drop_d64, DQ_D64)
+ATTN_FLASH_KERNELS(flash_bwd_dq_body, DQ_WARPS, flash_bwd_dq_d128, flash_bwd_dq_drop_d128, DQ_D128)
 
 /* Shared memory: K and V tiles, two stages of Q and dO tiles and of lse and delta rows. */
 static int dkdv_smem(int D, int BR, int KVREG) { return (2 * 16 * DKDV_WARPS + 4 * BR) * (D + 8) * 2 + 4 * BR * 4; }

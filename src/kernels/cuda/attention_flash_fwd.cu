@@ -199,19 +199,8 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
 #define FWD_D64 64, 2, 64, 1
 #define FWD_D128 128, 2, 32, 0
 
-#define FWD_KERNEL(name, ...)                                                                                \
-    __global__ void __launch_bounds__(FWD_WARPS * 32) name(const attn_args a) {                             \
-        const attn_dropout none{};                                                                           \
-        flash_fwd_body(a, none, 0, __VA_ARGS__);                                                             \
-    }
-#define FWD_DROP_KERNEL(name, ...)                                                                           \
-    __global__ void __launch_bounds__(FWD_WARPS * 32) name(const attn_args a, const attn_dropout dr) {      \
-        flash_fwd_body(a, dr, 1, __VA_ARGS__);                                                               \
-    }
-FWD_KERNEL(flash_fwd_d64, FWD_D64)
-FWD_KERNEL(flash_fwd_d128, FWD_D128)
-FWD_DROP_KERNEL(flash_fwd_drop_d64, FWD_D64)
-FWD_DROP_KERNEL(flash_fwd_drop_d128, FWD_D128)
+ATTN_FLASH_KERNELS(flash_fwd_body, FWD_WARPS, flash_fwd_d64, flash_fwd_drop_d64, FWD_D64)
+ATTN_FLASH_KERNELS(flash_fwd_body, FWD_WARPS, flash_fwd_d128, flash_fwd_drop_d128, FWD_D128)
 
 /* Shared memory of a variant: the Q tile and two stages of K and V. */
 static int fwd_smem(int D, int MT, int BC, int QREG) { return (16 * MT * FWD_WARPS + 4 * BC) * (D + 8) * 2; }
