@@ -198,6 +198,14 @@ static __device__ __forceinline__ unsigned attn_drop_bits(const attn_dropout &dr
            (unsigned)(w.w[3] >= th) << 3;
 }
 
+/* Causal mask of element e of a C fragment of a product with queries as rows, its 16 x 8 tile at
+ * query r0 and key k0 (layouts in the header comment; lane = 4 g + c): whether the element's key
+ * comes after its query. */
+static __device__ __forceinline__ bool attn_key_after_query(int r0, int k0, int e, int g, int c) {
+    const int row = r0 + g + (e >> 1) * 8, key = k0 + 2 * c + (e & 1);
+    return key > row;
+}
+
 /* Dropout on the MT x (BC / 8) C fragments acc of a warp's product with queries as rows (rows r0
  * .. r0 + 16 MT - 1, keys k0 .. k0 + BC - 1; r0 and k0 multiples of 16): apply(x, keep) for each
  * element x this lane holds, keep its mask bit (nonzero = kept). Tiles wholly above the diagonal

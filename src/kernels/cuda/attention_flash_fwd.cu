@@ -118,10 +118,8 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
 #pragma unroll
                     for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int row = wr0 + mt * 16 + g + (e >> 1) * 8, key = k0 + nt * 8 + 2 * c + (e & 1);
-                            if (key > row) s[mt][nt][e] = -INFINITY;
-                        }
+                        for (int e = 0; e < 4; e++)
+                            if (attn_key_after_query(wr0 + mt * 16, k0 + nt * 8, e, g, c)) s[mt][nt][e] = -INFINITY;
             }
 
             /* Online softmax. m is kept in the scaled exp2 domain; l is this thread's partial sum
