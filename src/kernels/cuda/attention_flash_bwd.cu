@@ -320,9 +320,7 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float p = attn_exp2(fmaf(s[mt][nt][e], a.sl2, -l2[mt][e >> 1]));
-                        if (need_mask) {
-                            if (attn_key_after_query(wr0 + mt * 16, k0 + nt * 8, e, g, c)) p = 0.0f;
-                        }
+                        if (need_mask && attn_key_after_query(wr0 + mt * 16, k0 + nt * 8, e, g, c)) p = 0.0f;
                         s[mt][nt][e] = p * (dp[mt][nt][e] - dl[mt][e >> 1]);
                     }
 
