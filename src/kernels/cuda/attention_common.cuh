@@ -152,6 +152,12 @@ static __device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Zeroes the C fragments acc[0 .. n): accumulators before their first mma. */
+static __device__ __forceinline__ void attn_zero_c(float (*acc)[4], const int n) {
+#pragma unroll
+    for (int i = 0; i < n; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+}
+
 /* Two floats to a bf16 pair, round to nearest even, lo in the low half. (cvt's first source
  * operand goes to the upper half.) */
 static __device__ __forceinline__ uint32_t attn_pack(float lo, float hi) {

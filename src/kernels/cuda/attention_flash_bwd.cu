@@ -97,10 +97,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
         }
     }
     float dk[BWD_D_MAX / 8][4], dv[BWD_D_MAX / 8][4];
-#pragma unroll
-    for (int dt = 0; dt < D / 8; dt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+    attn_zero_c(dk, D / 8);
+    attn_zero_c(dv, D / 8);
 
     for (int it = 0; it < nit; it++) {
         const int st = it & 1, q0 = (qb0 + it % nq) * BR;
@@ -116,10 +114,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
         if (q0 + BR - 1 >= kw) {
             const uint32_t sqb = sq_a + (uint32_t)st * BR * LD * 2, sdob = sdo_a + (uint32_t)st * BR * LD * 2;
             float s[BWD_BR_MAX / 8][4], dp[BWD_BR_MAX / 8][4];
-#pragma unroll
-            for (int nt = 0; nt < BR / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+            attn_zero_c(s, BR / 8);
+            attn_zero_c(dp, BR / 8);
 
             /* S^T = K Q^T and dP^T = V dO^T: Q and dO are stored [query][dim] = [n][k]. */
 #pragma unroll
@@ -265,10 +261,7 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
             l2[mt][r] = ok ? a.lse[(long long)bh * T + row] * ATTN_LOG2E : 0.0f;
             dl[mt][r] = ok ? a.delta[(long long)bh * T + row] : 0.0f;
         }
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) dq[mt][dt][e] = 0.0f;
+        attn_zero_c(dq[mt], D / 8);
     }
 
     for (int kb = 0; kb < nkb; kb++) {
@@ -279,11 +272,10 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
             const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
             float s[BWD_MT_MAX][BWD_BC_MAX / 8][4], dp[BWD_MT_MAX][BWD_BC_MAX / 8][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
+            for (int mt = 0; mt < MT; mt++) {
+                attn_zero_c(s[mt], BC / 8);
+                attn_zero_c(dp[mt], BC / 8);
+            }
 
             /* S = Q K^T, dP = dO V^T: K and V are stored [key][dim] = [n][k]. Not two
              * attn_mma_ntile_pair: the two products share one m-tile loop here, and splitting it

@@ -74,8 +74,7 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
     float m[FWD_MT_MAX][2], l[FWD_MT_MAX][2]; /* per row g (index 0) and g + 8 (index 1) of each m-tile */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+        attn_zero_c(o[mt], D / 8);
         m[mt][0] = m[mt][1] = -INFINITY;
         l[mt][0] = l[mt][1] = 0.0f;
     }
@@ -89,9 +88,7 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
             const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
             float s[FWD_MT_MAX][FWD_BC_MAX / 8][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int nt = 0; nt < BC / 8; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
+            for (int mt = 0; mt < MT; mt++) attn_zero_c(s[mt], BC / 8);
 
             /* S = Q K^T: K is stored [key][dim] = [n][k], so its B fragments need no transpose. */
 #pragma unroll
