@@ -63,6 +63,19 @@ typedef struct {
     int active; /* 0: no dropout (the exact kernels test it at run time) */
 } attn_dropout;
 
+/* The two kernels of one tile shape of a flash body (flash_fwd_body, flash_bwd_dq_body,
+ * flash_bwd_dkdv_body): `name` without dropout (the body sees DROP = 0 and an inactive dropout
+ * block, so none of its dropout code is compiled in) and `drop_name` with it. The trailing
+ * arguments are the body's tile shape. */
+#define ATTN_FLASH_KERNELS(body, warps, name, drop_name, ...)                                                 \
+    __global__ void __launch_bounds__((warps) * 32) name(const attn_args a) {                                \
+        const attn_dropout none{};                                                                           \
+        body(a, none, 0, __VA_ARGS__);                                                                       \
+    }                                                                                                        \
+    __global__ void __launch_bounds__((warps) * 32) drop_name(const attn_args a, const attn_dropout dr) {   \
+        body(a, dr, 1, __VA_ARGS__);                                                                         \
+    }
+
 /* ---- host-side entry points between the attention files ---- */
 
 /* The tensor-core path (attention_flash_fwd.cu, attention_flash_bwd.cu): bf16, D in {64, 128},
@@ -139,6 +152,12 @@ static __device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Zeroes the C fragments acc[0 .. n): accumulators before their first mma. */
+static __device__ __forceinline__ void attn_zero_c(float (*acc)[4], const int n) {
+#pragma unroll
+    for (int i = 0; i < n; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+}
+
 /* Two floats to a bf16 pair, round to nearest even, lo in the low half. (cvt's first source
  * operand goes to the upper half.) */
 static __device__ __forceinline__ uint32_t attn_pack(float lo, float hi) {
@@ -185,6 +204,40 @@ static __device__ __forceinline__ unsigned attn_drop_bits(const attn_dropout &dr
            (unsigned)(w.w[3] >= th) << 3;
 }
 
+/* Causal mask of element e of a C fragment of a product with queries as rows, its 16 x 8 tile at
+ * query r0 and key k0 (layouts in the header comment; lane = 4 g + c): whether the element's key
+ * comes after its query. */
+static __device__ __forceinline__ bool attn_key_after_query(int r0, int k0, int e, int g, int c) {
+    const int row = r0 + g + (e >> 1) * 8, key = k0 + 2 * c + (e & 1);
+    return key > row;
+}
+
+/* Dropout on the MT x (BC / 8) C fragments acc of a warp's product with queries as rows (rows r0
+ * .. r0 + 16 MT - 1, keys k0 .. k0 + BC - 1; r0 and k0 multiples of 16): apply(x, keep) for each
+ * element x this lane holds, keep its mask bit (nonzero = kept). Tiles wholly above the diagonal
+ * draw nothing (their probabilities are 0 already). The flash forward zeroes dropped P; dQ scales
+ * dP by keep / (1 - p). */
+template <int AN, typename Apply>
+static __device__ __forceinline__ void attn_drop_rows(float (*acc)[AN][4], const attn_dropout &dr, int64_t sample,
+                                                      int h, int r0, int k0, const int MT, const int BC, int g, int c,
+                                                      Apply apply) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int np = 0; np < BC / 16; np++) {
+            const int ib = (r0 + mt * 16) >> 4, jb = (k0 >> 4) + np;
+            if (jb > ib) continue;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const unsigned w = attn_drop_bits(dr, sample, h, ib, jb, g, 2 * c + e);
+                apply(acc[mt][2 * np][e], w & 1u);
+                apply(acc[mt][2 * np + 1][e], w & 2u);
+                apply(acc[mt][2 * np][2 + e], w & 4u);
+                apply(acc[mt][2 * np + 1][2 + e], w & 8u);
+            }
+        }
+}
+
 /* Byte offset of element (r, c) of a tile with row stride ld. */
 static __device__ __forceinline__ uint32_t attn_at(int r, int c, int ld) { return (uint32_t)((r * ld + c) * 2); }
 
@@ -192,6 +245,13 @@ static __device__ __forceinline__ float attn_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+
+/* acc[2 np] and acc[2 np + 1] (one m-tile's n-tiles) += a x the two n-tiles whose B fragments one
+ * ldmatrix x4 read into b (b[0], b[1]: n-tile 2 np; b[2], b[3]: 2 np + 1). */
+static __device__ __forceinline__ void attn_mma_x2(float (*acc)[4], int np, const uint32_t a[4], const uint32_t b[4]) {
+    attn_mma(acc[2 * np], a, b[0], b[1]);
+    attn_mma(acc[2 * np + 1], a, b[2], b[3]);
 }
 
 /* acc[m][2 np] and acc[m][2 np + 1] += a[m] x B for the m-tiles m < MT, where B is the 16 x 16
@@ -210,10 +270,7 @@ static __device__ __forceinline__ void attn_mma_ntile_pair(float (*acc)[AN][4], 
     else
         attn_ldsm_x4(b, addr);
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        attn_mma(acc[mt][2 * np], a[mt], b[0], b[1]);
-        attn_mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-    }
+    for (int mt = 0; mt < MT; mt++) attn_mma_x2(acc[mt], np, a[mt], b);
 }
 
 /* acc (MT m-tiles x N columns) += bf16(p) (MT m-tiles x K columns) x B, B the K x N shared tile at
@@ -250,6 +307,32 @@ static __device__ __forceinline__ void attn_load_tile(uint32_t dst, const bf16 *
         const int ok = r < valid;
         attn_cp_async16(dst + attn_at(r, c * 8, ld), src + (long long)(ok ? r : 0) * stride + c * 8, ok);
     }
+}
+
+/* The top of key block kb (k0 = kb * BC, stage st = kb & 1) of a loop over double-buffered K and V
+ * tiles (flash forward, dQ): block kb has landed (the only group in flight); after the barrier
+ * every warp is done with block kb - 1, so stage st ^ 1 is free for block kb + 1, which then loads
+ * while this one is multiplied. One barrier per block. st and k0 come from the caller, which needs
+ * them too: recomputed here they changed the dQ kernels' machine code (3 instructions). */
+static __device__ __forceinline__ void attn_kv_step(int kb, int nkb, int st, int k0, uint32_t sk_a, uint32_t sv_a,
+                                                    const bf16 *kg, const bf16 *vg, long long W, int T, const int BC,
+                                                    const int D, const int LD, int tid, const int NT) {
+    attn_cp_async_wait0();
+    __syncthreads();
+    if (kb + 1 < nkb) {
+        const long long koff = (long long)(k0 + BC) * W;
+        attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, W, BC, T - k0 - BC, D, LD, tid, NT);
+        attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, W, BC, T - k0 - BC, D, LD, tid, NT);
+        attn_cp_async_commit();
+    }
+}
+
+/* Half r of a C fragment cf (row g + 8 r, columns 2c, 2c + 1), times scale, as one bf16 pair at
+ * row `row`, column col of a staging tile with row stride ld. The epilogues write their warp's
+ * accumulators into shared memory this way, then copy the rows out with attn_store_rows. */
+static __device__ __forceinline__ void attn_stage_half(bf16 *stage, int row, int col, int ld, const float cf[4], int r,
+                                                       float scale) {
+    *(uint32_t *)(stage + row * ld + col) = attn_pack(cf[2 * r] * scale, cf[2 * r + 1] * scale);
 }
 
 /* Copies rows [0, rows) of a warp's staging tile (bf16, stride ld) to global rows (stride

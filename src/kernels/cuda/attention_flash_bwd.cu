@@ -97,10 +97,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
         }
     }
     float dk[BWD_D_MAX / 8][4], dv[BWD_D_MAX / 8][4];
-#pragma unroll
-    for (int dt = 0; dt < D / 8; dt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+    attn_zero_c(dk, D / 8);
+    attn_zero_c(dv, D / 8);
 
     for (int it = 0; it < nit; it++) {
         const int st = it & 1, q0 = (qb0 + it % nq) * BR;
@@ -116,10 +114,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
         if (q0 + BR - 1 >= kw) {
             const uint32_t sqb = sq_a + (uint32_t)st * BR * LD * 2, sdob = sdo_a + (uint32_t)st * BR * LD * 2;
             float s[BWD_BR_MAX / 8][4], dp[BWD_BR_MAX / 8][4];
-#pragma unroll
-            for (int nt = 0; nt < BR / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+            attn_zero_c(s, BR / 8);
+            attn_zero_c(dp, BR / 8);
 
             /* S^T = K Q^T and dP^T = V dO^T: Q and dO are stored [query][dim] = [n][k]. */
 #pragma unroll
@@ -207,9 +203,8 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
     for (int dt = 0; dt < D / 8; dt++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int off = (g + 8 * r) * LD + dt * 8 + 2 * c;
-            *(uint32_t *)(stk + off) = attn_pack(dk[dt][2 * r] * a.scale, dk[dt][2 * r + 1] * a.scale);
-            *(uint32_t *)(stv + off) = attn_pack(dv[dt][2 * r], dv[dt][2 * r + 1]);
+            attn_stage_half(stk, g + 8 * r, dt * 8 + 2 * c, LD, dk[dt], r, a.scale);
+            attn_stage_half(stv, g + 8 * r, dt * 8 + 2 * c, LD, dv[dt], r, 1.0f);
         }
     __syncwarp();
     bf16 *dkg = (bf16 *)a.dqkv + ((long long)b * T + kw) * a.W + (long long)(a.Hq + kvh) * D;
@@ -266,37 +261,25 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
             l2[mt][r] = ok ? a.lse[(long long)bh * T + row] * ATTN_LOG2E : 0.0f;
             dl[mt][r] = ok ? a.delta[(long long)bh * T + row] : 0.0f;
         }
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) dq[mt][dt][e] = 0.0f;
+        attn_zero_c(dq[mt], D / 8);
     }
 
     for (int kb = 0; kb < nkb; kb++) {
         const int st = kb & 1, k0 = kb * BC;
-        /* Block kb has landed; after the barrier stage st^1 is free (as in the forward). */
-        attn_cp_async_wait0();
-        __syncthreads();
-        if (kb + 1 < nkb) {
-            const long long koff = (long long)(k0 + BC) * a.W;
-            attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
-            attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
-            attn_cp_async_commit();
-        }
+        attn_kv_step(kb, nkb, st, k0, sk_a, sv_a, kg, vg, a.W, T, BC, D, LD, tid, NT);
 
         if (k0 <= wr0 + WR - 1) {
             const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
             float s[BWD_MT_MAX][BWD_BC_MAX / 8][4], dp[BWD_MT_MAX][BWD_BC_MAX / 8][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) s[mt][nt][e] = dp[mt][nt][e] = 0.0f;
+            for (int mt = 0; mt < MT; mt++) {
+                attn_zero_c(s[mt], BC / 8);
+                attn_zero_c(dp[mt], BC / 8);
+            }
 
-            /* S = Q K^T, dP = dO V^T: K and V are stored [key][dim] = [n][k]. Written out rather than
-             * as two attn_mma_ntile_pair: the two products share one m-tile loop here, and splitting
-             * it reorders the ldmatrix and mma instructions (different machine code for 3 of 4 dq
+            /* S = Q K^T, dP = dO V^T: K and V are stored [key][dim] = [n][k]. Not two
+             * attn_mma_ntile_pair: the two products share one m-tile loop here, and splitting it
+             * reorders the ldmatrix and mma instructions (different machine code for 3 of 4 dq
              * kernels). */
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
@@ -307,32 +290,16 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
                     attn_ldsm_x4(vb4, svb + attn_at(np * 16, kk * 16, LD) + off_b);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        attn_mma(s[mt][2 * np], qf[mt][kk], kb4[0], kb4[1]);
-                        attn_mma(s[mt][2 * np + 1], qf[mt][kk], kb4[2], kb4[3]);
-                        attn_mma(dp[mt][2 * np], of[mt][kk], vb4[0], vb4[1]);
-                        attn_mma(dp[mt][2 * np + 1], of[mt][kk], vb4[2], vb4[3]);
+                        attn_mma_x2(s[mt], np, qf[mt][kk], kb4);
+                        attn_mma_x2(dp[mt], np, of[mt][kk], vb4);
                     }
                 }
 
             /* Dropout: dP = keep' dP, with the forward's lane layout (queries as rows). */
             if (DROP) {
-                const int64_t sample = dr.drop.sample_base + b;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int np = 0; np < BC / 16; np++) {
-                        const int ib = (wr0 + mt * 16) >> 4, jb = (k0 >> 4) + np;
-                        if (jb > ib) continue; /* every key after every row: P is 0 */
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const unsigned w = attn_drop_bits(dr, sample, h, ib, jb, g, 2 * c + e);
-                            const float sc = dr.drop.scale;
-                            dp[mt][2 * np][e] *= w & 1u ? sc : 0.0f;
-                            dp[mt][2 * np + 1][e] *= w & 2u ? sc : 0.0f;
-                            dp[mt][2 * np][2 + e] *= w & 4u ? sc : 0.0f;
-                            dp[mt][2 * np + 1][2 + e] *= w & 8u ? sc : 0.0f;
-                        }
-                    }
+                const float sc = dr.drop.scale;
+                attn_drop_rows(dp, dr, dr.drop.sample_base + b, h, wr0, k0, MT, BC, g, c,
+                               [sc](float &x, unsigned keep) { x *= keep ? sc : 0.0f; });
             }
 
             /* dS = P (dP - delta), P = exp2(S * scale * log2 e - lse * log2 e); keys after the row
@@ -345,10 +312,7 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float p = attn_exp2(fmaf(s[mt][nt][e], a.sl2, -l2[mt][e >> 1]));
-                        if (need_mask) {
-                            const int row = wr0 + mt * 16 + g + (e >> 1) * 8, key = k0 + nt * 8 + 2 * c + (e & 1);
-                            if (key > row) p = 0.0f;
-                        }
+                        if (need_mask && attn_key_after_query(wr0 + mt * 16, k0 + nt * 8, e, g, c)) p = 0.0f;
                         s[mt][nt][e] = p * (dp[mt][nt][e] - dl[mt][e >> 1]);
                     }
 
@@ -367,8 +331,7 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
         for (int dt = 0; dt < D / 8; dt++)
 #pragma unroll
             for (int r = 0; r < 2; r++)
-                *(uint32_t *)(stage + (mt * 16 + g + 8 * r) * LD + dt * 8 + 2 * c) =
-                    attn_pack(dq[mt][dt][2 * r] * a.scale, dq[mt][dt][2 * r + 1] * a.scale);
+                attn_stage_half(stage, mt * 16 + g + 8 * r, dt * 8 + 2 * c, LD, dq[mt][dt], r, a.scale);
     __syncwarp();
     bf16 *dqg = (bf16 *)a.dqkv + ((long long)b * T + wr0) * a.W + (long long)h * D;
     attn_store_rows(dqg, a.W, stage, WR, T - wr0, D, LD, lane);
@@ -386,32 +349,10 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
 #define DQ_D64 64, 2, 32
 #define DQ_D128 128, 1, 32
 
-#define DKDV_KERNEL(name, ...)                                                                               \
-    __global__ void __launch_bounds__(DKDV_WARPS * 32) name(const attn_args a) {                             \
-        const attn_dropout none{};                                                                           \
-        flash_bwd_dkdv_body(a, none, 0, __VA_ARGS__);                                                        \
-    }
-#define DKDV_DROP_KERNEL(name, ...)                                                                          \
-    __global__ void __launch_bounds__(DKDV_WARPS * 32) name(const attn_args a, const attn_dropout dr) {     \
-        flash_bwd_dkdv_body(a, dr, 1, __VA_ARGS__);                                                          \
-    }
-#define DQ_KERNEL(name, ...)                                                                                 \
-    __global__ void __launch_bounds__(DQ_WARPS * 32) name(const attn_args a) {                               \
-        const attn_dropout none{};                                                                           \
-        flash_bwd_dq_body(a, none, 0, __VA_ARGS__);                                                          \
-    }
-#define DQ_DROP_KERNEL(name, ...)                                                                            \
-    __global__ void __launch_bounds__(DQ_WARPS * 32) name(const attn_args a, const attn_dropout dr) {       \
-        flash_bwd_dq_body(a, dr, 1, __VA_ARGS__);                                                            \
-    }
-DKDV_KERNEL(flash_bwd_dkdv_d64, DKDV_D64)
-DKDV_KERNEL(flash_bwd_dkdv_d128, DKDV_D128)
-DQ_KERNEL(flash_bwd_dq_d64, DQ_D64)
-DQ_KERNEL(flash_bwd_dq_d128, DQ_D128)
-DKDV_DROP_KERNEL(flash_bwd_dkdv_drop_d64, DKDV_D64)
-DKDV_DROP_KERNEL(flash_bwd_dkdv_drop_d128, DKDV_D128)
-DQ_DROP_KERNEL(flash_bwd_dq_drop_d64, DQ_D64)
-DQ_DROP_KERNEL(flash_bwd_dq_drop_d128, DQ_D128)
+ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdv_d64, flash_bwd_dkdv_drop_d64, DKDV_D64)
+ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdv_d128, flash_bwd_dkdv_drop_d128, DKDV_D128)
+ATTN_FLASH_KERNELS(flash_bwd_dq_body, DQ_WARPS, flash_bwd_dq_d64, flash_bwd_dq_drop_d64, DQ_D64)
+ATTN_FLASH_KERNELS(flash_bwd_dq_body, DQ_WARPS, flash_bwd_dq_d128, flash_bwd_dq_drop_d128, DQ_D128)
 
 /* Shared memory: K and V tiles, two stages of Q and dO tiles and of lse and delta rows. */
 static int dkdv_smem(int D, int BR, int KVREG) { return (2 * 16 * DKDV_WARPS + 4 * BR) * (D + 8) * 2 + 4 * BR * 4; }

@@ -74,34 +74,21 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
     float m[FWD_MT_MAX][2], l[FWD_MT_MAX][2]; /* per row g (index 0) and g + 8 (index 1) of each m-tile */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+        attn_zero_c(o[mt], D / 8);
         m[mt][0] = m[mt][1] = -INFINITY;
         l[mt][0] = l[mt][1] = 0.0f;
     }
 
     for (int kb = 0; kb < nkb; kb++) {
         const int st = kb & 1, k0 = kb * BC;
-        /* Block kb has landed (the only group in flight); after the barrier every warp is done
-         * with iteration kb - 1, so stage st^1 is free for block kb + 1, which then loads while
-         * this one is multiplied. One barrier per iteration. */
-        attn_cp_async_wait0();
-        __syncthreads();
-        if (kb + 1 < nkb) {
-            const long long koff = (long long)(k0 + BC) * a.W;
-            attn_load_tile(sk_a + (uint32_t)(st ^ 1) * BC * LD * 2, kg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
-            attn_load_tile(sv_a + (uint32_t)(st ^ 1) * BC * LD * 2, vg + koff, a.W, BC, T - k0 - BC, D, LD, tid, NT);
-            attn_cp_async_commit();
-        }
+        attn_kv_step(kb, nkb, st, k0, sk_a, sv_a, kg, vg, a.W, T, BC, D, LD, tid, NT);
 
         /* Skip the block when every key is after every row of this warp (warp-uniform). */
         if (k0 <= wr0 + WR - 1) {
             const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
             float s[FWD_MT_MAX][FWD_BC_MAX / 8][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int nt = 0; nt < BC / 8; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
+            for (int mt = 0; mt < MT; mt++) attn_zero_c(s[mt], BC / 8);
 
             /* S = Q K^T: K is stored [key][dim] = [n][k], so its B fragments need no transpose. */
 #pragma unroll
@@ -128,10 +115,8 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
 #pragma unroll
                     for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int row = wr0 + mt * 16 + g + (e >> 1) * 8, key = k0 + nt * 8 + 2 * c + (e & 1);
-                            if (key > row) s[mt][nt][e] = -INFINITY;
-                        }
+                        for (int e = 0; e < 4; e++)
+                            if (attn_key_after_query(wr0 + mt * 16, k0 + nt * 8, e, g, c)) s[mt][nt][e] = -INFINITY;
             }
 
             /* Online softmax. m is kept in the scaled exp2 domain; l is this thread's partial sum
@@ -168,24 +153,10 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
                     }
                 }
 
-            if (DROP) {
-                const int64_t sample = dr.drop.sample_base + b;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int np = 0; np < BC / 16; np++) {
-                        const int ib = (wr0 + mt * 16) >> 4, jb = (k0 >> 4) + np;
-                        if (jb > ib) continue; /* every key after every row: P is 0 already */
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const unsigned keep = attn_drop_bits(dr, sample, h, ib, jb, g, 2 * c + e);
-                            if (!(keep & 1u)) s[mt][2 * np][e] = 0.0f;
-                            if (!(keep & 2u)) s[mt][2 * np + 1][e] = 0.0f;
-                            if (!(keep & 4u)) s[mt][2 * np][2 + e] = 0.0f;
-                            if (!(keep & 8u)) s[mt][2 * np + 1][2 + e] = 0.0f;
-                        }
-                    }
-            }
+            /* Dropout: dropped P = 0 (1 / (1 - p) joins 1 / l in the epilogue). */
+            if (DROP)
+                attn_drop_rows(s, dr, dr.drop.sample_base + b, h, wr0, k0, MT, BC, g, c,
+                               [](float &p, unsigned keep) { p = keep ? p : 0.0f; });
 
             /* O += P V: V is stored [key][dim] = [k][n]. */
             uint32_t pa[FWD_MT_MAX][4];
@@ -208,9 +179,7 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
             const float inv = DROP ? dr.drop.scale / lt : 1.0f / lt;
             const int row = mt * 16 + g + r * 8; /* inside the warp's rows */
 #pragma unroll
-            for (int dt = 0; dt < D / 8; dt++)
-                *(uint32_t *)(stage + row * LD + dt * 8 + 2 * c) =
-                    attn_pack(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+            for (int dt = 0; dt < D / 8; dt++) attn_stage_half(stage, row, dt * 8 + 2 * c, LD, o[mt][dt], r, inv);
             if (c == 0 && wr0 + row < T) lse[wr0 + row] = (m[mt][r] + __log2f(lt)) * ATTN_LN2;
         }
     __syncwarp();
@@ -225,19 +194,8 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
 #define FWD_D64 64, 2, 64, 1
 #define FWD_D128 128, 2, 32, 0
 
-#define FWD_KERNEL(name, ...)                                                                                \
-    __global__ void __launch_bounds__(FWD_WARPS * 32) name(const attn_args a) {                             \
-        const attn_dropout none{};                                                                           \
-        flash_fwd_body(a, none, 0, __VA_ARGS__);                                                             \
-    }
-#define FWD_DROP_KERNEL(name, ...)                                                                           \
-    __global__ void __launch_bounds__(FWD_WARPS * 32) name(const attn_args a, const attn_dropout dr) {      \
-        flash_fwd_body(a, dr, 1, __VA_ARGS__);                                                               \
-    }
-FWD_KERNEL(flash_fwd_d64, FWD_D64)
-FWD_KERNEL(flash_fwd_d128, FWD_D128)
-FWD_DROP_KERNEL(flash_fwd_drop_d64, FWD_D64)
-FWD_DROP_KERNEL(flash_fwd_drop_d128, FWD_D128)
+ATTN_FLASH_KERNELS(flash_fwd_body, FWD_WARPS, flash_fwd_d64, flash_fwd_drop_d64, FWD_D64)
+ATTN_FLASH_KERNELS(flash_fwd_body, FWD_WARPS, flash_fwd_d128, flash_fwd_drop_d128, FWD_D128)
 
 /* Shared memory of a variant: the Q tile and two stages of K and V. */
 static int fwd_smem(int D, int MT, int BC, int QREG) { return (16 * MT * FWD_WARPS + 4 * BC) * (D + 8) * 2; }
