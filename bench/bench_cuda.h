@@ -3,18 +3,9 @@
 #ifndef FSDP_BENCH_CUDA_H
 #define FSDP_BENCH_CUDA_H
 
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "backend/cuda_check.h"
 
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#define CK(call) FSDP_CHECK_CUDA(call)
 
 #define WARMUP 3
 #define REPS 20

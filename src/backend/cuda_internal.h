@@ -9,14 +9,10 @@
 #include <nccl.h>
 
 #include "backend.h"
+#include "cuda_check.h"
 
-/* Every CUDA, cuBLAS(Lt) and NCCL call is checked; a failure names the call, file, line and rank. */
-#define FSDP_CHECK_CUDA(call)                                                                         \
-    do {                                                                                              \
-        cudaError_t fsdp_rc_ = (call);                                                                \
-        if (fsdp_rc_ != cudaSuccess)                                                                  \
-            fsdp_fatal("%s failed at %s:%d: %s", #call, __FILE__, __LINE__, cudaGetErrorString(fsdp_rc_)); \
-    } while (0)
+/* Every CUDA, cuBLAS(Lt) and NCCL call is checked; a failure names the call, file, line and rank
+ * (FSDP_CHECK_CUDA: cuda_check.h). */
 #define FSDP_CHECK_CUBLAS(call)                                                                       \
     do {                                                                                              \
         cublasStatus_t fsdp_rc_ = (cublasStatus_t)(call);                                             \

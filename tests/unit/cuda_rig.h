@@ -14,20 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/cuda_check.h"
 #include "base/dtype.h"
 
 #ifndef CUDA_RIG_SEED
 #error "define CUDA_RIG_SEED (the test's random seed) before including cuda_rig.h"
 #endif
 
-#define CK(call)                                                                                                       \
-    do {                                                                                                               \
-        cudaError_t ck_e_ = (call);                                                                                    \
-        if (ck_e_ != cudaSuccess) {                                                                                    \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(ck_e_));           \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#define CK(call) FSDP_CHECK_CUDA(call)
 
 static uint64_t g_rng = CUDA_RIG_SEED;
 
