@@ -71,7 +71,7 @@ void fsdp_device_workspace_bytes(fsdp_device_kind k, const fsdp_op_extent *x, in
  * in the metrics summary at the end of the run) and bench/plan_vs_measured.py compares them. The
  * figures are what two H100s over NVLink measured at the end of a run (NCCL 2.28, 2026-11-25: 0.58
  * GiB context; 1.81 GiB for the gather, reduce-scatter and norm communicators of FULL; 0.86 GiB for
- * NO_SHARD's all-reduce communicator, whose ring and tree are both connected); NCCL's channel count,
+ * NO_SHARD's all-reduce communicator); NCCL's channel count,
  * and so its buffers, differ on other topologies. 0 on the CPU. */
 #define FSDP_CUDA_CONTEXT_BYTES_ESTIMATE ((size_t)600 << 20)
 #define FSDP_NCCL_COMM_BYTES_ESTIMATE ((size_t)620 << 20)
