@@ -183,13 +183,15 @@ static void oom_hook(fsdp_backend *be, size_t bytes, const char *what, const cha
                be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", t->step + 1, size, what, detail, t->opt.mbs, line, adv);
 }
 
-/* Under --mbs auto on a GPU, what NCCL and cuBLAS still allocate in the first steps is held to the
- * plan too: the set-up counts as out of memory when less is left than the plan's estimate of the
- * memory outside fsdp.c still expects, so that --mbs auto steps down here rather than NCCL failing
- * in a collective. */
+/* On a GPU, what NCCL and cuBLAS still allocate in the first steps is held to the plan too: the
+ * set-up counts as out of memory when less is left than the plan's estimate of the memory outside
+ * fsdp.c still expects. --mbs auto then steps down here, and an explicit --mbs that does not fit
+ * stops with the agreed one line, rather than NCCL failing inside a collective of the first step
+ * on every rank at once (one message per rank, then MPI_Abort's banner). The estimate is the one
+ * `fsdp plan` fits with, so a run refused here is one the plan says does not fit. */
 static void hold_outside_to_plan(fsdp_trainer *t) {
     fsdp_backend *be = t->be;
-    if (!t->opt.mbs_auto || be->kind != FSDP_DEVICE_CUDA || be->oom.failures) return;
+    if (be->kind != FSDP_DEVICE_CUDA || be->oom.failures) return;
     size_t free_b = 0, total = 0;
     be->runtime->memory_info(be, &free_b, &total);
     size_t used = total - free_b, outside = used > be->reserved_bytes ? used - be->reserved_bytes : 0;

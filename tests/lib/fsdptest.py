@@ -26,7 +26,17 @@ def has_cuda_backend():
         gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return 0
-    return "cuda" in version and sum(1 for l in gpus.splitlines() if l.startswith("GPU"))
+    present = sum(1 for l in gpus.splitlines() if l.startswith("GPU"))
+    # nvidia-smi lists every GPU of the host; the program sees only CUDA_VISIBLE_DEVICES' ones.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        listed = 0
+        for d in visible.split(","):  # CUDA stops at the first entry that names no GPU
+            if not d.strip() or d.strip().startswith("-"):
+                break
+            listed += 1
+        present = min(present, listed)
+    return "cuda" in version and present
 
 
 def hf_torch(name):
