@@ -118,13 +118,17 @@ def run_one(args, gpus, io, dd, log):
     d = os.path.join(args.dir, "ckpt-bench-%dgpu-%s" % (gpus, io))
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    env = dict(os.environ, FSDP_CKPT_IO=io, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # FSDP_VERBOSE_CKPT: every rank says where its I/O threads' time went (system calls, conversion and
+    # hashing, fsync), so that a transfer slower than dd shows whether it waited on the disk or the CPU.
+    env = dict(os.environ, FSDP_CKPT_IO=io, FSDP_VERBOSE_CKPT="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     ck, metrics = os.path.join(d, "ck"), os.path.join(d, "metrics.jsonl")
     rc, out = sh(train_cmd(args, gpus, ["--steps", str(args.steps), "--ckpt-every", str(args.every), "--ckpt-dir", ck,
                                          "--metrics", metrics]), env=env, log=log)
     if rc != 0:
         raise RuntimeError("the training run failed:\n" + out[-3000:])
     steps = [json.loads(l) for l in open(metrics) if '"summary"' not in l]
+    breakdown = re.findall(r"^checkpoint I/O on rank .*$", out, re.M)
     saves = []
     for m in re.finditer(r"checkpoint: step (\d+) written to \S+: ([0-9.]+) (GB|MB) in ([0-9.]+) s \(([0-9.]+) GB/s\); "
                          r"training paused ([0-9.]+) s", out):
@@ -151,10 +155,11 @@ def run_one(args, gpus, io, dd, log):
         raise RuntimeError("the resume failed:\n" + out[-3000:])
     read = {"gb": float(m.group(1)) / (1 if m.group(2) == "GB" else 1e3), "read_s": float(m.group(3)),
             "read_gbps": float(m.group(4))}
+    breakdown += re.findall(r"^checkpoint I/O on rank .* read .*$", out, re.M)
     best_write, best_read = max(dd["write_fsync"], dd["write_direct"]), max(dd["read_cold"], dd["read_direct"])
     overlapped = [s for s in saves if s["step"] < args.steps]
     result = {
-        "gpus": gpus, "io": io, "saves": saves, "pauses": rows, "resume": read,
+        "gpus": gpus, "io": io, "saves": saves, "pauses": rows, "resume": read, "io_breakdown": breakdown,
         "bars": {
             "pause_at_most_1s_longer": all(r["longer_s"] <= 1.0 for r in clean) and bool(clean),
             "write_at_least_80pct_of_dd": bool(overlapped) and min(s["write_gbps"] for s in overlapped) >= 0.8 * best_write,
@@ -198,7 +203,9 @@ def markdown(args, device, dd, results, log):
                   "| the file is written at >= 80%% of dd's write bandwidth (the better variant) | %s (%.0f%%) |" %
                   ("met" if b["write_at_least_80pct_of_dd"] else "NOT met", 100 * (r["write_fraction_of_dd"] or 0)),
                   "| --resume reads at >= 80%% of dd's read bandwidth (the better variant) | %s (%.0f%%) |" %
-                  ("met" if b["read_at_least_80pct_of_dd"] else "NOT met", 100 * r["read_fraction_of_dd"]), ""]
+                  ("met" if b["read_at_least_80pct_of_dd"] else "NOT met", 100 * r["read_fraction_of_dd"]), "",
+                  "Where each rank's I/O threads spent their time (FSDP_VERBOSE_CKPT=1; saves in order, then the resume):",
+                  "", "```"] + r.get("io_breakdown", []) + ["```", ""]
     lines += ["## Commands, in order", "", "```"] + log + ["```", ""]
     return "\n".join(lines)
 

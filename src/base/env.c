@@ -74,6 +74,7 @@ int fsdp_env_tf32(void) { return switch_of("FSDP_TF32", 0); }
 int fsdp_env_gemm_tune(void) { return switch_of("FSDP_GEMM_TUNE", 1); }
 int fsdp_env_verbose_gemm(void) { return switch_of("FSDP_VERBOSE_GEMM", 0); }
 int fsdp_env_verbose_waits(void) { return switch_of("FSDP_VERBOSE_WAITS", 0); }
+int fsdp_env_verbose_ckpt(void) { return switch_of("FSDP_VERBOSE_CKPT", 0); }
 
 const char *fsdp_env_nccl_max_ctas(void) { return value_of("FSDP_NCCL_MAX_CTAS"); }
 const char *fsdp_env_test_fail(void) { return value_of("FSDP_TEST_FAIL"); }

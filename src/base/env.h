@@ -39,6 +39,9 @@ int fsdp_env_gemm_tune(void);
 int fsdp_env_verbose_gemm(void);
 /* FSDP_VERBOSE_WAITS (switch, default 0): print, per step, every wait for communication. */
 int fsdp_env_verbose_waits(void);
+/* FSDP_VERBOSE_CKPT (switch, default 0): print, per rank and checkpoint transfer, where the I/O
+ * threads' time went (system calls, conversion and hashing, the final fsync). */
+int fsdp_env_verbose_ckpt(void);
 /* FSDP_NCCL_MAX_CTAS: "NAME=N[,NAME=N...]", caps on the CTAs of each communicator's collectives
  * (parsed by the CUDA backend); NULL for NCCL's defaults. */
 const char *fsdp_env_nccl_max_ctas(void);

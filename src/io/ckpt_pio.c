@@ -50,6 +50,11 @@ struct ckpt_pio {
     atomic_int next_chunk;
     _Atomic uint64_t *sums;
     atomic_llong bytes_done, last_progress_ns;
+    /* Where the workers' time went, for FSDP_VERBOSE_CKPT: thread-nanoseconds in the system calls
+     * that move bytes, in everything else of a chunk (copies, conversion, hashing), in the fsync. */
+    atomic_llong io_ns, work_ns, sync_ns;
+    long long started_ns, finished_ns;
+    int num_threads_started;
     int64_t bytes_total;
     atomic_int cancelled;
 
@@ -142,7 +147,8 @@ static void f32_to_bf16(uint16_t *dst, const uint32_t *src, int64_t n) {
 }
 
 /* One chunk: 0, or -1 after recording the failure. */
-static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t *local_sums, int rfd, int rdfd) {
+static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t *local_sums, int rfd, int rdfd,
+                      long long *io_ns) {
     const ckpt_extent *e = &p->extents[ch->extent];
     int bf16 = p->host_dtype == FSDP_BF16;
     size_t hsize = bf16 ? 2 : 4;
@@ -168,7 +174,9 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
                  " (the weights or optimizer state are poisoned; the previous checkpoint is kept)");
             return -1;
         }
+        long long t0 = now_ns();
         int code = injected ? injected : write_bytes(p, (char *)bits, bytes, off);
+        *io_ns += now_ns() - t0;
         if (code) {
             fail_io(p, e->dataset, "pwrite", code);
             return -1;
@@ -176,6 +184,7 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
     } else {
         char *data;
         int code;
+        long long t0 = now_ns();
         if (rdfd >= 0) {
             /* O_DIRECT: the whole blocks around the range, into the aligned staging buffer. */
             int64_t a = off / BLOCK * BLOCK, end = off + (int64_t)bytes, b = (end + BLOCK - 1) / BLOCK * BLOCK;
@@ -185,6 +194,7 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
             data = bf16 || !host ? (char *)staging : host;
             code = transfer(p, rfd, data, bytes, off);
         }
+        *io_ns += now_ns() - t0;
         if (code) {
             if (code < 0) {
                 char label[320] = "a tensor";
@@ -230,11 +240,14 @@ static void *worker(void *arg) {
     } else if (rfd < 0) {
         fail_io(p, -1, "open", errno);
     } else {
+        long long io = 0, began = now_ns();
         for (;;) {
             if (atomic_load(&p->cancelled)) break;
             int i = atomic_fetch_add(&p->next_chunk, 1);
-            if (i >= p->num_chunks || move_chunk(p, &p->chunks[i], staging, sums, rfd, rdfd)) break;
+            if (i >= p->num_chunks || move_chunk(p, &p->chunks[i], staging, sums, rfd, rdfd, &io)) break;
         }
+        atomic_fetch_add(&p->io_ns, io);
+        atomic_fetch_add(&p->work_ns, now_ns() - began - io);
         for (int s = 0; s < p->num_slots; s++)
             if (sums[s]) atomic_fetch_add(&p->sums[s], sums[s]);
     }
@@ -247,14 +260,34 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&p->lock);
     int last = --p->running == 0, ok = !p->err.failed && !atomic_load(&p->cancelled);
     pthread_mutex_unlock(&p->lock);
+    long long sync_began = now_ns();
     if (last && ok && p->writing && fsync(p->fd) != 0) fail_io(p, -1, "fsync", errno);
+    if (last) atomic_store(&p->sync_ns, now_ns() - sync_began);
     if (last) {
         pthread_mutex_lock(&p->lock);
         p->finished = 1;
         p->finished_at = fsdp_now();
+        p->finished_ns = now_ns();
         pthread_mutex_unlock(&p->lock);
     }
     return NULL;
+}
+
+/* FSDP_VERBOSE_CKPT: one line per rank and transfer. The thread-seconds say whether a slow transfer
+ * waited on the storage (system calls), on the CPU (conversion, hashing, copies) or on the fsync. */
+static void report(const ckpt_pio *p) {
+    double wall = (double)(p->finished_ns - p->started_ns) * 1e-9, gb = (double)p->bytes_total / 1e9;
+    double io = (double)atomic_load(&((ckpt_pio *)p)->io_ns) * 1e-9, work = (double)atomic_load(&((ckpt_pio *)p)->work_ns) * 1e-9;
+    double sync = (double)atomic_load(&((ckpt_pio *)p)->sync_ns) * 1e-9;
+    char tail[48] = "";
+    if (p->writing) snprintf(tail, sizeof tail, "; the final fsync %.3f s", sync);
+    printf("checkpoint I/O on rank %d: %s %.2f %s in %.3f s (%.2f GB/s) on %d threads (%s); thread-seconds: %.3f in %s, "
+           "%.3f converting, hashing and copying%s\n",
+           fsdp_rank(), p->writing ? "wrote" : "read", gb < 1 ? gb * 1e3 : gb, gb < 1 ? "MB" : "GB", wall,
+           wall > 0 ? gb / wall : 0.0, p->num_threads_started,
+           (p->writing ? p->dfd >= 0 : p->direct) ? "O_DIRECT" : "page cache", io, p->writing ? "pwrite" : "pread", work,
+           tail);
+    fflush(stdout);
 }
 
 ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, const ckpt_extent *extents, int num_extents,
@@ -277,7 +310,8 @@ ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, c
             c->before = p->bytes_total;
             p->bytes_total += c->count * 4;
         }
-    atomic_store(&p->last_progress_ns, now_ns());
+    p->started_ns = now_ns();
+    atomic_store(&p->last_progress_ns, p->started_ns);
     p->num_threads = fsdp_env_ckpt_threads();
     if (p->num_threads > p->num_chunks) p->num_threads = p->num_chunks;
     if (p->num_threads == 0) {
@@ -285,6 +319,7 @@ ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, c
         p->finished_at = fsdp_now();
         return p;
     }
+    p->num_threads_started = p->num_threads;
     p->threads = fsdp_xcalloc((size_t)p->num_threads, sizeof *p->threads, "checkpoint threads");
     sigset_t all, old;
     sigfillset(&all);
@@ -341,6 +376,10 @@ void ckpt_pio_cancel(ckpt_pio *p) { atomic_store(&p->cancelled, 1); }
 
 void ckpt_pio_free(ckpt_pio *p) {
     if (!p) return;
+    static int verbose = -1;
+    if (verbose < 0) verbose = fsdp_env_verbose_ckpt();
+    if (verbose && p->num_threads_started && ckpt_pio_done(p, NULL) && !p->err.failed && !atomic_load(&p->cancelled))
+        report(p);
     atomic_store(&p->cancelled, 1);
     /* A worker stuck in the kernel (a stalled disk) cannot be waited for on the way out: after a
      * few seconds it is left behind, with what it uses, for the process exit to end. */

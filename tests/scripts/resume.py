@@ -4,6 +4,7 @@ readable with h5py under Hugging Face names and shapes; --keep and the 'latest' 
 import glob
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -66,6 +67,43 @@ rc, out, err = t.run(2, ["train", "--model", "tiny-llama", "--seq", "16", "--mbs
                          "--ckpt-dir", os.path.join(init, "ckpt")] + FP32)
 t.check(rc == 0 and "the initial weights are checkpoint" in out and
         os.path.exists(os.path.join(init, "ckpt", "step-00000000.h5")), "--steps 0 writes the initial weights (step 0)")
+def tensor_gb(path):
+    """The bytes of every dataset of a checkpoint (all float32), in GB."""
+    import h5py
+    sizes = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: sizes.append(obj.size * 4) if isinstance(obj, h5py.Dataset) else None)
+    return sum(sizes) / 1e9
+
+
+# FSDP_VERBOSE_CKPT=1: each rank says how much it moved and where its threads' time went; the
+# ranks' bytes add up to the file's tensor bytes, and no thread is busier than the wall time allows.
+verbose = t.tmpdir("resume-verbose-ckpt")
+t.ENV["FSDP_VERBOSE_CKPT"] = "1"
+try:
+    rc, out, err = t.run(2, ["train", "--model", "tiny-llama", "--seq", "16", "--mbs", "6", "--steps", "0",
+                             "--ckpt-dir", os.path.join(verbose, "ckpt")] + FP32)
+    rc2, out2, err2 = t.run(2, ["train", "--model", "tiny-llama", "--seq", "16", "--mbs", "6", "--steps", "1",
+                                "--ckpt-dir", os.path.join(verbose, "ckpt"), "--resume", "auto"] + FP32,
+                            check=False)
+finally:
+    del t.ENV["FSDP_VERBOSE_CKPT"]
+line = re.compile(r"^checkpoint I/O on rank (\d): (wrote|read) ([0-9.]+) (MB|GB) in ([0-9.]+) s \([0-9.]+ GB/s\) on (\d+) "
+                  r"threads \((O_DIRECT|page cache)\); thread-seconds: ([0-9.]+) in (pwrite|pread), ([0-9.]+) converting, "
+                  r"hashing and copying(; the final fsync ([0-9.]+) s)?$", re.M)
+for what, text in (("wrote", out), ("read", out2)):
+    found = [m for m in line.finditer(text) if m.group(2) == what]
+    ranks = sorted(int(m.group(1)) for m in found)
+    t.check(ranks == [0, 1], "FSDP_VERBOSE_CKPT=1: a '%s' line from each rank (%s)" % (what, ranks))
+    expected = tensor_gb(os.path.join(verbose, "ckpt", "step-00000000.h5"))
+    moved = sum(float(m.group(3)) * (1e-3 if m.group(4) == "MB" else 1) for m in found)
+    t.check(abs(moved - expected) <= 0.01 * expected,
+            "FSDP_VERBOSE_CKPT=1: the ranks %s %.6f GB, the file's tensors hold %.6f GB" % (what, moved, expected))
+    busy = [(float(m.group(8)) + float(m.group(10)), int(m.group(6)) * float(m.group(5))) for m in found]
+    t.check(all(b <= cap * 1.05 + 0.005 for b, cap in busy),
+            "FSDP_VERBOSE_CKPT=1: thread-seconds within threads x wall time (%s)" % busy)
+t.check(rc2 == 0, "the verbose resume trains (%s)" % err2.strip().splitlines()[-1:])
+
 init_dir, from_init = train(2, 6, "from-init", FP32 + ["--resume", os.path.join(init, "ckpt", "step-00000000.h5"),
                                                        "--ckpt-every", "10"])
 t.check([r["loss"] for r in from_init] == [r["loss"] for r in t.metrics(os.path.join(full_runs["tiny-llama-fp32"],

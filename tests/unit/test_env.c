@@ -23,6 +23,7 @@ static int probe_tf32(void) { return fsdp_env_tf32(); }
 static int probe_gemm_tune(void) { return fsdp_env_gemm_tune(); }
 static int probe_verbose_gemm(void) { return fsdp_env_verbose_gemm(); }
 static int probe_verbose_waits(void) { return fsdp_env_verbose_waits(); }
+static int probe_verbose_ckpt(void) { return fsdp_env_verbose_ckpt(); }
 static int probe_ckpt_threads(void) { return fsdp_env_ckpt_threads(); }
 static int probe_ckpt_direct_io(void) { return fsdp_env_ckpt_direct_io(); }
 static int probe_sync_timeout(void) { return (int)(fsdp_env_sync_timeout_s() * 10.0); }
@@ -84,6 +85,7 @@ int main(void) {
     switch_rule("FSDP_GEMM_TUNE", probe_gemm_tune, 1);
     switch_rule("FSDP_VERBOSE_GEMM", probe_verbose_gemm, 0); /* "0" is off, as for every switch */
     switch_rule("FSDP_VERBOSE_WAITS", probe_verbose_waits, 0);
+    switch_rule("FSDP_VERBOSE_CKPT", probe_verbose_ckpt, 0);
 
     accepts("FSDP_CKPT_THREADS", NULL, probe_ckpt_threads, 4);
     accepts("FSDP_CKPT_THREADS", "", probe_ckpt_threads, 4);
