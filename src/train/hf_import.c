@@ -185,7 +185,8 @@ typedef struct {
     pthread_cond_t changed;   /* a chunk was converted, a staging array freed, or the readers must stop */
     int64_t next;             /* the next chunk a reader takes */
     int busy;                 /* readers reading or converting a chunk */
-    int handed;               /* units handed to the device: units below handed + STAGED_UNITS may be read */
+    int handed;               /* units handed to the device: units below handed + ready may be read */
+    int ready;                /* staging arrays allocated so far (up to STAGED_UNITS) */
     int64_t *left;            /* per unit: chunks not yet converted */
     int64_t bytes;            /* read so far */
     int64_t failed;           /* the first chunk that failed, num_chunks while none did */
@@ -214,7 +215,7 @@ static void *reader_main(void *arg) {
     pthread_mutex_lock(&pl->lock);
     for (;;) {
         while (!pl->stop && pl->next < pl->failed && pl->next < pl->num_chunks &&
-               pl->chunks[pl->next].unit >= pl->handed + STAGED_UNITS)
+               pl->chunks[pl->next].unit >= pl->handed + pl->ready)
             pthread_cond_wait(&pl->changed, &pl->lock);
         if (pl->stop || pl->next >= pl->failed || pl->next >= pl->num_chunks) break;
         int64_t c = pl->next++;
@@ -254,9 +255,10 @@ static int wait_unit(pipeline *pl, int u, int64_t *bytes, fsdp_err *err) {
     return rc;
 }
 
-static void set_handed(pipeline *pl, int handed, int stop) {
+static void set_handed(pipeline *pl, int handed, int ready, int stop) {
     pthread_mutex_lock(&pl->lock);
     pl->handed = handed;
+    pl->ready = ready;
     pl->stop = stop;
     pthread_cond_broadcast(&pl->changed);
     pthread_mutex_unlock(&pl->lock);
@@ -326,17 +328,18 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
     pipeline pl;
     memset(&pl, 0, sizeof pl);
     pl.w = &w;
-    /* Page-locked on a GPU host, so that the copies to the device run at full speed. */
+    /* Page-locked on a GPU host, so that the copies to the device run at full speed. Pinning takes
+     * time in proportion to the size (every page is faulted in and locked; a Llama-2-7B unit on one
+     * rank is 0.8 GB), so only the first staging array is made before the readers start and the
+     * others while the readers fill it (pl.ready holds the readers back from the units those take). */
     size_t shard = (size_t)max_shard(t);
-    for (int i = 0; i < STAGED_UNITS; i++)
-        pl.staging[i] = be->runtime->alloc_host(be, shard * sizeof(float), "init-from staging");
-    size_t master_bytes = fsdp_trainer_master_staging_bytes(t, (int64_t)shard);
-    void *master = master_bytes ? be->runtime->alloc_host(be, master_bytes, "init-from master staging") : NULL;
+    pl.staging[0] = be->runtime->alloc_host(be, shard * sizeof(float), "init-from staging");
+    pl.ready = 1;
     pl.left = fsdp_xcalloc((size_t)l->num_units, sizeof *pl.left, "init-from chunks");
     plan(t, &pl, pl.staging[0]);
     pl.failed = pl.num_chunks;
     int64_t next_gap = 0;
-    for (int u = 0; u < STAGED_UNITS && u < l->num_units; u++) zero_gaps(&pl, u, &next_gap);
+    zero_gaps(&pl, 0, &next_gap);
     int e;
     if ((e = pthread_mutex_init(&pl.lock, NULL)) != 0)
         fsdp_fatal("init-from %s: pthread_mutex_init failed: %s", p->path, strerror(e));
@@ -350,6 +353,13 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
                            READERS, strerror(e));
             break;
         }
+    for (int i = 1; i < STAGED_UNITS; i++) {
+        pl.staging[i] = be->runtime->alloc_host(be, shard * sizeof(float), "init-from staging");
+        if (i < l->num_units) zero_gaps(&pl, i, &next_gap);
+    }
+    set_handed(&pl, 0, STAGED_UNITS, 0);
+    size_t master_bytes = fsdp_trainer_master_staging_bytes(t, (int64_t)shard);
+    void *master = master_bytes ? be->runtime->alloc_host(be, master_bytes, "init-from master staging") : NULL;
 
     for (int u = 0; u < l->num_units && rc == 0; u++) {
         float *host = pl.staging[u % STAGED_UNITS];
@@ -357,11 +367,11 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
         if (rc) break;
         fsdp_trainer_unit_set_master_staged(t, u, host, master);
         if (u + STAGED_UNITS < l->num_units) zero_gaps(&pl, u + STAGED_UNITS, &next_gap);
-        set_handed(&pl, u + 1, 0);
+        set_handed(&pl, u + 1, STAGED_UNITS, 0);
         report(p, u + 1);
     }
 
-    set_handed(&pl, pl.handed, 1);
+    set_handed(&pl, pl.handed, STAGED_UNITS, 1);
     for (int i = 0; i < started; i++)
         if ((e = pthread_join(readers[i], NULL)) != 0)
             fsdp_fatal("init-from %s: pthread_join of reader thread %d failed: %s", p->path, i + 1, strerror(e));
