@@ -4,9 +4,11 @@
  * cache, then read back (the path --resume takes) and verified (fsdp verify's path). Prints one JSON
  * object with the seconds and GB/s of each phase; bench/checkpoint_bench.py runs it beside dd.
  *
- *   mpirun -np 2 build/bench/checkpoint_io DIR 15 [bf16]
+ *   mpirun -np 2 build/bench/checkpoint_io DIR 15 [bf16] [pinned]
  *
- * bf16: the ranks hand over bf16 buffers (a bf16 model), written as float32. */
+ * bf16: the ranks hand over bf16 buffers (a bf16 model), written as float32. pinned: the host
+ * buffers come from the backend's alloc_host, page-locked on a GPU host (cudaMallocHost), as the
+ * trainer's checkpoint snapshot does; without it they are ordinary pageable memory. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <mpi.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "base/log.h"
 #include "io/checkpoint.h"
 
@@ -37,11 +40,22 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     fsdp_set_rank(rank, size);
     if (argc < 3) {
-        if (rank == 0) fprintf(stderr, "usage: checkpoint_io DIR GB [bf16]\n");
+        if (rank == 0) fprintf(stderr, "usage: checkpoint_io DIR GB [bf16] [pinned]\n");
         MPI_Finalize();
         return 2;
     }
-    int bf16 = argc > 3 && !strcmp(argv[3], "bf16");
+    int bf16 = 0, pinned = 0;
+    for (int a = 3; a < argc; a++) {
+        if (!strcmp(argv[a], "bf16")) {
+            bf16 = 1;
+        } else if (!strcmp(argv[a], "pinned")) {
+            pinned = 1;
+        } else {
+            if (rank == 0) fprintf(stderr, "checkpoint_io: unknown option '%s' (bf16, pinned)\n", argv[a]);
+            MPI_Finalize();
+            return 2;
+        }
+    }
     size_t es = bf16 ? 2 : 4;
     double gb = atof(argv[2]);
     int num = (int)(gb * 1e9 / (3.0 * ROWS * COLS * 4) + 0.5);
@@ -54,7 +68,21 @@ int main(int argc, char **argv) {
     fsdp_ckpt_piece *pieces = calloc((size_t)num, sizeof *pieces);
     int64_t numel = (int64_t)ROWS * COLS, lo = numel * rank / size, hi = numel * (rank + 1) / size, n = hi - lo;
     char *host = NULL;
-    if (posix_memalign((void **)&host, 4096, (size_t)num * 3 * (size_t)n * es)) return 1;
+    size_t host_bytes = (size_t)num * 3 * (size_t)n * es;
+    fsdp_backend *be = NULL;
+    if (pinned) {
+        fsdp_backend_options opts = {.kind = "auto", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_BF16,
+                                     .local_rank = rank, .local_size = size};
+        fsdp_err berr = {0};
+        if (!(be = fsdp_backend_create(&opts, &berr))) {
+            fprintf(stderr, "checkpoint_io: rank %d: %s\n", rank, berr.msg);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        host = be->runtime->alloc_host(be, host_bytes, "checkpoint_io buffers");
+    } else if (posix_memalign((void **)&host, 4096, host_bytes)) {
+        fprintf(stderr, "checkpoint_io: rank %d: out of host memory for %zu bytes\n", rank, host_bytes);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     for (size_t i = 0; i < (size_t)num * 3 * (size_t)n; i++) {
         uint32_t x = (uint32_t)(i * 2654435761u + (uint32_t)rank * 97u);
         float f = (float)(x % 20001) * 1e-4f - 1.0f;
@@ -91,7 +119,7 @@ int main(int argc, char **argv) {
 
     if (rank == 0) drop_cache(path);
     MPI_Barrier(MPI_COMM_WORLD);
-    memset(host, 0, (size_t)num * 3 * (size_t)n * es);
+    memset(host, 0, host_bytes);
     t0 = fsdp_now();
     if (fsdp_ckpt_read_as(MPI_COMM_WORLD, path, tensors, num, pieces, num, bf16 ? FSDP_BF16 : FSDP_F32, &err)) {
         if (rank == 0) fprintf(stderr, "checkpoint_io: %s\n", err.msg);
@@ -110,13 +138,20 @@ int main(int argc, char **argv) {
     double verify_s = fsdp_now() - t0;
     fsdp_ckpt_meta_free(&info.meta);
     if (rank == 0) {
-        printf("{\"ranks\": %d, \"bytes\": %.0f, \"host_dtype\": \"%s\", \"begin_s\": %.3f, \"write_s\": %.3f, "
-               "\"write_gbps\": %.3f, \"read_s\": %.3f, \"read_gbps\": %.3f, \"verify_s\": %.3f, \"verify_gbps\": %.3f}\n",
-               size, bytes, bf16 ? "bf16" : "fp32", begin_s, write_s, bytes / write_s / 1e9, read_s,
+        printf("{\"ranks\": %d, \"bytes\": %.0f, \"host_dtype\": \"%s\", \"host_memory\": \"%s\", \"begin_s\": %.3f, "
+               "\"write_s\": %.3f, \"write_gbps\": %.3f, \"read_s\": %.3f, \"read_gbps\": %.3f, \"verify_s\": %.3f, "
+               "\"verify_gbps\": %.3f}\n",
+               size, bytes, bf16 ? "bf16" : "fp32", be ? (be->kind == FSDP_DEVICE_CUDA ? "pinned" : "backend (cpu)") : "pageable",
+               begin_s, write_s, bytes / write_s / 1e9, read_s,
                bytes / read_s / 1e9, verify_s, bytes / verify_s / 1e9);
         unlink(path);
     }
-    free(host);
+    if (be) {
+        be->runtime->free_host(be, host);
+        be->runtime->destroy(be);
+    } else {
+        free(host);
+    }
     free(pieces);
     free(names);
     free(tensors);
