@@ -28,9 +28,16 @@ void *fsdp_backend_out_of_memory(fsdp_backend *be, size_t bytes, const char *wha
         return NULL;
     }
     if (o->hook) o->hook(be, bytes, what, detail, o->hook_arg);
-    char b[32], size[48] = "";
-    if (bytes) snprintf(size, sizeof size, " allocating %s", fsdp_bytes_text((double)bytes, b)); /* 0: a library's own */
-    fsdp_fatal("out of %s memory%s for %s (%s)", be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", size, what, detail);
+    char size[48];
+    fsdp_fatal("out of %s memory%s for %s (%s)", be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device",
+               fsdp_oom_amount_text(bytes, size), what, detail);
+}
+
+const char *fsdp_oom_amount_text(size_t bytes, char buf[48]) {
+    char b[32];
+    buf[0] = 0;
+    if (bytes) snprintf(buf, 48, " allocating %s", fsdp_bytes_text((double)bytes, b));
+    return buf;
 }
 
 /* A table is a struct of function pointers only, read here entry by entry: an entry a backend left

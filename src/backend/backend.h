@@ -332,6 +332,8 @@ int fsdp_backend_cuda_available(void);
  * `detail` says what the device had; `bytes` is 0 when a library failed to allocate an amount it
  * does not say (NCCL's buffers). */
 void *fsdp_backend_out_of_memory(fsdp_backend *be, size_t bytes, const char *what, const char *detail);
+/* The amount of an out-of-memory message: " allocating 4.60 GiB", or "" for bytes 0 (a library's own). */
+const char *fsdp_oom_amount_text(size_t bytes, char buf[48]);
 
 /* Total memory of the first visible GPU and its name; 0 when this build has no CUDA backend or no
  * GPU is visible. */

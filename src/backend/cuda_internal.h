@@ -13,18 +13,9 @@
 
 /* Every CUDA, cuBLAS(Lt) and NCCL call is checked; a failure names the call, file, line and rank
  * (FSDP_CHECK_CUDA: cuda_check.h). */
-#define FSDP_CHECK_CUBLAS(call)                                                                       \
-    do {                                                                                              \
-        cublasStatus_t fsdp_rc_ = (cublasStatus_t)(call);                                             \
-        if (fsdp_rc_ != CUBLAS_STATUS_SUCCESS)                                                        \
-            fsdp_fatal("%s failed at %s:%d: %s", #call, __FILE__, __LINE__, cublasGetStatusString(fsdp_rc_)); \
-    } while (0)
-#define FSDP_CHECK_NCCL(call)                                                                         \
-    do {                                                                                              \
-        ncclResult_t fsdp_rc_ = (call);                                                               \
-        if (fsdp_rc_ != ncclSuccess)                                                                  \
-            fsdp_fatal("%s failed at %s:%d: %s", #call, __FILE__, __LINE__, ncclGetErrorString(fsdp_rc_)); \
-    } while (0)
+#define FSDP_CHECK_CUBLAS(call) \
+    FSDP_CHECK_STATUS_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString, call, #call)
+#define FSDP_CHECK_NCCL(call) FSDP_CHECK_STATUS_(ncclResult_t, ncclSuccess, ncclGetErrorString, call, #call)
 
 struct fsdp_stream {
     cudaStream_t stream;

@@ -52,9 +52,10 @@ struct ckpt_pio {
     atomic_llong bytes_done, last_progress_ns;
     /* Where the workers' time went, for FSDP_VERBOSE_CKPT: thread-nanoseconds in the system calls
      * that move bytes, in everything else of a chunk (copies, conversion, hashing), in the fsync. */
-    atomic_llong io_ns, work_ns, sync_ns;
-    long long started_ns, finished_ns;
-    int num_threads_started;
+    atomic_llong io_ns, work_ns;
+    long long sync_ns;    /* written by the last worker before `finished` */
+    double started_at;    /* fsdp_now(), as finished_at */
+    int num_threads_started; /* num_threads is cleared once they are joined */
     int64_t bytes_total;
     atomic_int cancelled;
 
@@ -260,14 +261,13 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&p->lock);
     int last = --p->running == 0, ok = !p->err.failed && !atomic_load(&p->cancelled);
     pthread_mutex_unlock(&p->lock);
-    long long sync_began = now_ns();
-    if (last && ok && p->writing && fsync(p->fd) != 0) fail_io(p, -1, "fsync", errno);
-    if (last) atomic_store(&p->sync_ns, now_ns() - sync_began);
     if (last) {
+        long long sync_began = now_ns();
+        if (ok && p->writing && fsync(p->fd) != 0) fail_io(p, -1, "fsync", errno);
         pthread_mutex_lock(&p->lock);
+        p->sync_ns = now_ns() - sync_began;
         p->finished = 1;
         p->finished_at = fsdp_now();
-        p->finished_ns = now_ns();
         pthread_mutex_unlock(&p->lock);
     }
     return NULL;
@@ -275,12 +275,11 @@ static void *worker(void *arg) {
 
 /* FSDP_VERBOSE_CKPT: one line per rank and transfer. The thread-seconds say whether a slow transfer
  * waited on the storage (system calls), on the CPU (conversion, hashing, copies) or on the fsync. */
-static void report(const ckpt_pio *p) {
-    double wall = (double)(p->finished_ns - p->started_ns) * 1e-9, gb = (double)p->bytes_total / 1e9;
-    double io = (double)atomic_load(&((ckpt_pio *)p)->io_ns) * 1e-9, work = (double)atomic_load(&((ckpt_pio *)p)->work_ns) * 1e-9;
-    double sync = (double)atomic_load(&((ckpt_pio *)p)->sync_ns) * 1e-9;
+static void report(ckpt_pio *p) {
+    double wall = p->finished_at - p->started_at, gb = (double)p->bytes_total / 1e9;
+    double io = (double)atomic_load(&p->io_ns) * 1e-9, work = (double)atomic_load(&p->work_ns) * 1e-9;
     char tail[48] = "";
-    if (p->writing) snprintf(tail, sizeof tail, "; the final fsync %.3f s", sync);
+    if (p->writing) snprintf(tail, sizeof tail, "; the final fsync %.3f s", (double)p->sync_ns * 1e-9);
     printf("checkpoint I/O on rank %d: %s %.2f %s in %.3f s (%.2f GB/s) on %d threads (%s); thread-seconds: %.3f in %s, "
            "%.3f converting, hashing and copying%s\n",
            fsdp_rank(), p->writing ? "wrote" : "read", gb < 1 ? gb * 1e3 : gb, gb < 1 ? "MB" : "GB", wall,
@@ -310,8 +309,8 @@ ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, c
             c->before = p->bytes_total;
             p->bytes_total += c->count * 4;
         }
-    p->started_ns = now_ns();
-    atomic_store(&p->last_progress_ns, p->started_ns);
+    p->started_at = fsdp_now();
+    atomic_store(&p->last_progress_ns, now_ns());
     p->num_threads = fsdp_env_ckpt_threads();
     if (p->num_threads > p->num_chunks) p->num_threads = p->num_chunks;
     if (p->num_threads == 0) {

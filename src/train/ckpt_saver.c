@@ -277,12 +277,11 @@ int fsdp_ckpt_boundary(fsdp_trainer *t, int *stop, fsdp_err *err) {
             wait_writers(s, t->world);
             if (finish_save(t, s, err)) return -1;
             waited = fsdp_now() - t0;
-            if (last || *stop)
-                fsdp_log("checkpoint: step %d waited %.2f s for the save of step %d to finish\n", t->step, waited,
-                         before);
-            else
-                fsdp_log("checkpoint: step %d waited %.2f s for the save of step %d to finish (--ckpt-every %d steps "
-                         "take less time than one save)\n", t->step, waited, before, o->ckpt_every);
+            char why[96] = "";
+            if (!last && !*stop)
+                snprintf(why, sizeof why, " (--ckpt-every %d steps take less time than one save)", o->ckpt_every);
+            fsdp_log("checkpoint: step %d waited %.2f s for the save of step %d to finish%s\n", t->step, waited, before,
+                     why);
         }
         if (start_save(t, s, err)) return -1;
         s->paused_s += waited;

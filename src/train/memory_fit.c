@@ -177,10 +177,10 @@ static void oom_hook(fsdp_backend *be, size_t bytes, const char *what, const cha
     char line[512], adv[320];
     fsdp_memory_plan_line(&t->plan, line, sizeof line);
     advice(t, adv, sizeof adv);
-    char b[32], size[48] = "";
-    if (bytes) snprintf(size, sizeof size, " allocating %s", fsdp_bytes_text((double)bytes, b)); /* 0: a library's own */
+    char size[48];
     fsdp_fatal("out of %s memory at step %d%s for %s (%s): the plan for --mbs %d: %s; %s",
-               be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", t->step + 1, size, what, detail, t->opt.mbs, line, adv);
+               be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", t->step + 1, fsdp_oom_amount_text(bytes, size), what,
+               detail, t->opt.mbs, line, adv);
 }
 
 /* On a GPU, what NCCL and cuBLAS still allocate in the first steps is held to the plan too: the
@@ -188,7 +188,8 @@ static void oom_hook(fsdp_backend *be, size_t bytes, const char *what, const cha
  * fsdp.c still expects. --mbs auto then steps down here, and an explicit --mbs that does not fit
  * stops with the agreed one line, rather than NCCL failing inside a collective of the first step
  * on every rank at once (one message per rank, then MPI_Abort's banner). The estimate is the one
- * `fsdp plan` fits with, so a run refused here is one the plan says does not fit. */
+ * `fsdp plan` fits with: when the set-up reserved what the plan says, a run refused here is one the
+ * plan says does not fit. */
 static void hold_outside_to_plan(fsdp_trainer *t) {
     fsdp_backend *be = t->be;
     if (be->kind != FSDP_DEVICE_CUDA || be->oom.failures) return;
@@ -214,10 +215,10 @@ int fsdp_fit_check_setup(fsdp_trainer *t, fsdp_err *err) {
         char line[512], adv[320];
         fsdp_memory_plan_line(&t->plan, line, sizeof line);
         advice(t, adv, sizeof adv);
-        char b[32];
-        fsdp_errf(err, "out of %s memory on rank %d allocating %s for %s (%s): the plan for --mbs %d: %s; %s",
+        char size[48];
+        fsdp_errf(err, "out of %s memory on rank %d%s for %s (%s): the plan for --mbs %d: %s; %s",
                   be->kind == FSDP_DEVICE_CUDA ? "GPU" : "device", t->topo.rank,
-                  fsdp_bytes_text((double)be->oom.bytes, b), be->oom.what, be->oom.detail, t->opt.mbs, line, adv);
+                  fsdp_oom_amount_text(be->oom.bytes, size), be->oom.what, be->oom.detail, t->opt.mbs, line, adv);
     }
     if (fsdp_agree(t->world, err)) {
         t->oom_at_setup = 1;
