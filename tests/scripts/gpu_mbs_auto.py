@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import fsdptest as t
@@ -25,8 +26,11 @@ def train(n, args, tag, env=None):
     path = os.path.join(d, "m.jsonl")
     saved = dict(t.ENV)
     t.ENV.update(env or {})
+    began = time.monotonic()
     try:
         rc, out, err = t.run(n, COMMON + args + ["--metrics", path], timeout=900, check=False, device="cuda")
+        # Each run sets up most of a GPU; the times show where a slow pass spends them.
+        print("(%s on %d GPU(s): exit %d in %.0f s)" % (tag, n, rc, time.monotonic() - began), flush=True)
     finally:
         t.ENV.clear()
         t.ENV.update(saved)
