@@ -161,11 +161,47 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
-float fsdp_param_init_value(const fsdp_model_config *c, const fsdp_param_desc *p, uint64_t seed, int64_t index) {
-    if (p->is_bias) return 0.0f;
-    if (p->module == FSDP_MOD_NORM_ATTN || p->module == FSDP_MOD_NORM_MLP || p->module == FSDP_MOD_NORM_FINAL)
-        return 1.0f;
+/* What one parameter's initial values depend on, computed once per parameter, not per element. */
+typedef struct {
+    enum { INIT_CONSTANT, INIT_NORMAL } kind;
+    float constant;
+    double std;
+    uint64_t key;
+    int64_t zero_first, zero_end; /* a zero row (the padding_idx row of the token embedding), else empty */
+} init_rule;
+
+static init_rule init_rule_of(const fsdp_model_config *c, const fsdp_param_desc *p, uint64_t seed) {
+    init_rule r = {.kind = INIT_CONSTANT};
+    if (p->is_bias) return r;
+    if (p->module == FSDP_MOD_NORM_ATTN || p->module == FSDP_MOD_NORM_MLP || p->module == FSDP_MOD_NORM_FINAL) {
+        r.constant = 1.0f;
+        return r;
+    }
+    r.kind = INIT_NORMAL;
+    r.std = c->initializer_range;
+    r.key = fsdp_rand_key(seed, name_hash(p->name));
     /* nn.Embedding(padding_idx=...) is initialised with that row zero (transformers' _init_weights). */
-    if (p->module == FSDP_MOD_EMBED_TOKENS && index / p->shape[1] == fsdp_model_padding_idx(c)) return 0.0f;
-    return (float)(c->initializer_range * fsdp_rand_normal(seed, name_hash(p->name), (uint64_t)index));
+    int pad = p->module == FSDP_MOD_EMBED_TOKENS ? fsdp_model_padding_idx(c) : -1;
+    if (pad >= 0) {
+        r.zero_first = (int64_t)pad * p->shape[1];
+        r.zero_end = r.zero_first + p->shape[1];
+    }
+    return r;
+}
+
+static float init_value(const init_rule *r, int64_t index) {
+    if (r->kind == INIT_CONSTANT || (index >= r->zero_first && index < r->zero_end)) return r->constant;
+    return (float)(r->std * fsdp_rand_normal_keyed(r->key, (uint64_t)index));
+}
+
+float fsdp_param_init_value(const fsdp_model_config *c, const fsdp_param_desc *p, uint64_t seed, int64_t index) {
+    init_rule r = init_rule_of(c, p, seed);
+    return init_value(&r, index);
+}
+
+void fsdp_param_init_fill(const fsdp_model_config *c, const fsdp_param_desc *p, uint64_t seed, int64_t first,
+                          int64_t count, float *out) {
+    init_rule r = init_rule_of(c, p, seed);
+    #pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < count; k++) out[k] = init_value(&r, first + k);
 }

@@ -71,5 +71,8 @@ static inline int fsdp_unit_head(const fsdp_layout *l) { return l->num_units - 1
  * token embedding 0), 1 for norm weights, 0 for biases. A pure function of (seed, name, index), so
  * that any sharding initialises the same model. */
 float fsdp_param_init_value(const fsdp_model_config *cfg, const fsdp_param_desc *p, uint64_t seed, int64_t index);
+/* The same values for elements first .. first + count - 1 into out[0 .. count), on every OpenMP thread. */
+void fsdp_param_init_fill(const fsdp_model_config *cfg, const fsdp_param_desc *p, uint64_t seed, int64_t first,
+                          int64_t count, float *out);
 
 #endif

@@ -257,9 +257,7 @@ void fsdp_trainer_init_weights(fsdp_trainer *t) {
             const fsdp_param_desc *p = &t->layout.params[ud->first_param + k];
             int64_t a = p->offset > view.start ? p->offset : view.start;
             int64_t b = p->offset + p->numel < view.start + view.valid ? p->offset + p->numel : view.start + view.valid;
-            #pragma omp parallel for schedule(static)
-            for (int64_t i = a; i < b; i++)
-                host[base + (i - view.start)] = fsdp_param_init_value(&t->cfg, p, t->opt.seed, i - p->offset);
+            if (b > a) fsdp_param_init_fill(&t->cfg, p, t->opt.seed, a - p->offset, b - a, host + base + (a - view.start));
         }
         base += view.len;
     }
@@ -267,6 +265,7 @@ void fsdp_trainer_init_weights(fsdp_trainer *t) {
     fsdp_backend *be = t->be;
     size_t es = master_size(t);
     void *staged = fsdp_xmalloc((size_t)total * es, "initial weights");
+    #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < total; i++) {
         if (es == 2)
             ((uint16_t *)staged)[i] = fsdp_f32_to_bf16(host[i]);

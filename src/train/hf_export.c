@@ -215,8 +215,7 @@ static int read_round(MPI_Comm comm, source *s, item *items, int n, fsdp_err *er
         const fsdp_param_desc *p = &l->params[items[i].tensor];
         float *v = items[i].values;
         int64_t start = items[i].start, count = items[i].count;
-#pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < count; k++) v[k] = fsdp_param_init_value(&s->cfg, p, s->seed, start + k);
+        fsdp_param_init_fill(&s->cfg, p, s->seed, start, count, v);
     }
     return 0;
 }
