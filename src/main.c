@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/host_threads.h"
 #include "cli/commands.h"
 
 typedef struct {
@@ -45,6 +46,7 @@ int main(int argc, char **argv) {
     fsdp_set_rank(rank, world);
     /* Errors in MPI calls come back as codes so that FSDP_CHECK_MPI can name the call and rank. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    fsdp_share_host_threads(MPI_COMM_WORLD);
 
     int status;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

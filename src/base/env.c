@@ -95,3 +95,5 @@ int fsdp_env_test_memory_limit(int *rank, double *gib) {
     *rank = (int)r;
     return 1;
 }
+
+int fsdp_env_omp_threads_given(void) { return value_of("OMP_NUM_THREADS") != NULL; }

@@ -21,6 +21,10 @@
 extern "C" {
 #endif
 
+/* OMP_NUM_THREADS (OpenMP's own, read by the OpenMP runtime): whether the user set it, in which case
+ * fsdp.c leaves the threads per rank to it (host_threads.h). */
+int fsdp_env_omp_threads_given(void);
+
 /* FSDP_SYNC_TIMEOUT: seconds a wait may make no progress before it is fatal (watchdog.h), also the
  * bound of checkpoint I/O. A positive number; default 600. Thread-safe. */
 double fsdp_env_sync_timeout_s(void);

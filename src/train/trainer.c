@@ -351,9 +351,10 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
         if (ev) snprintf(eval, sizeof eval, " | eval loss %.4f | eval ppl %.2f", ev->loss, ev->ppl);
         int width = 1;
         for (int n = o->steps; n >= 10; n /= 10) width++;
-        fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/GPU | %.1f ms | comm wait %.1f%%%s | "
+        fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/%s | %.1f ms | comm wait %.1f%%%s | "
                  "ETA %s\n",
-                 width, t->step, o->steps, r->loss, r->lr, r->grad_norm, tps, r->step_ms,
+                 width, t->step, o->steps, r->loss, r->lr, r->grad_norm, tps,
+                 t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank", r->step_ms,
                  r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eval, eta);
     }
     if (t->metrics) {

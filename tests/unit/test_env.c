@@ -1,7 +1,8 @@
 /* The environment's one rule (src/base/env.h): unset or empty is the default; a switch is "0" or
  * "1"; a number is plain decimal within its range; a word is one of its words; anything else stops
  * the program with a message naming the variable and its value. Each variable is checked on its
- * default, its accepted values and a malformed value (in a child process, since that is fatal). */
+ * default, its accepted values and a malformed value (in a child process, since that is fatal). Also
+ * OMP_NUM_THREADS and the share of the CPUs each rank takes when it is unset (host_threads.h). */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/env.h"
+#include "base/host_threads.h"
 #include "check.h"
 
 static void set(const char *name, const char *value) {
@@ -125,6 +127,22 @@ int main(void) {
     const char *ctas = fsdp_env_nccl_max_ctas();
     check_that(ctas && !strcmp(ctas, "gather=8"), "FSDP_NCCL_MAX_CTAS comes back as its text");
     check_that(fsdp_env_test_fail() == NULL, "an empty FSDP_TEST_FAIL is unset");
+
+    set("OMP_NUM_THREADS", NULL);
+    check_that(!fsdp_env_omp_threads_given(), "OMP_NUM_THREADS unset: fsdp.c shares the CPUs out");
+    set("OMP_NUM_THREADS", "");
+    check_that(!fsdp_env_omp_threads_given(), "an empty OMP_NUM_THREADS is unset");
+    set("OMP_NUM_THREADS", "3");
+    check_that(fsdp_env_omp_threads_given(), "OMP_NUM_THREADS set: left to OpenMP");
+
+    /* The share of an unbound rank; a bound one keeps its CPU set; never fewer than one thread. */
+    check_that(fsdp_host_threads_for(16, 16, 1) == 16, "one rank on 16 CPUs: 16 threads");
+    check_that(fsdp_host_threads_for(16, 16, 2) == 8, "two unbound ranks on 16 CPUs: 8 threads each");
+    check_that(fsdp_host_threads_for(16, 16, 3) == 5, "three unbound ranks on 16 CPUs: 5 threads each");
+    check_that(fsdp_host_threads_for(2, 2, 4) == 1, "four ranks on 2 CPUs: 1 thread each");
+    check_that(fsdp_host_threads_for(4, 16, 4) == 4, "a rank bound to 4 of 16 CPUs: 4 threads");
+    check_that(fsdp_host_threads_for(1, 16, 8) == 1, "a rank bound to one CPU: 1 thread");
+    check_that(fsdp_host_threads_for(0, 16, 2) == 1, "no CPU count: 1 thread");
 
     return check_summary("test_env");
 }
