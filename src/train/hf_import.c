@@ -333,6 +333,9 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
      * rank is 0.8 GB), so only the first staging array is made before the readers start and the
      * others while the readers fill it (pl.ready holds the readers back from the units those take). */
     size_t shard = (size_t)max_shard(t);
+    /* Where the load's time goes, for the line after the summary: before the readers start, waiting for
+     * them, and handing units to the device (what a load short of the disk's speed spends). */
+    double began = fsdp_now(), waited = 0.0, handing = 0.0;
     pl.staging[0] = be->runtime->alloc_host(be, shard * sizeof(float), "init-from staging");
     pl.ready = 1;
     pl.left = fsdp_xcalloc((size_t)l->num_units, sizeof *pl.left, "init-from chunks");
@@ -347,6 +350,7 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
         fsdp_fatal("init-from %s: pthread_cond_init failed: %s", p->path, strerror(e));
     pthread_t readers[READERS];
     int started = 0;
+    double before_readers = fsdp_now() - began;
     for (; started < READERS && started < pl.num_chunks; started++)
         if ((e = pthread_create(&readers[started], NULL, reader_main, &pl)) != 0) {
             rc = fsdp_errf(err, "init-from %s: starting reader thread %d of %d failed: %s", p->path, started + 1,
@@ -363,9 +367,13 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
 
     for (int u = 0; u < l->num_units && rc == 0; u++) {
         float *host = pl.staging[u % STAGED_UNITS];
+        double t0 = fsdp_now();
         rc = wait_unit(&pl, u, &p->bytes, err);
+        double t1 = fsdp_now();
+        waited += t1 - t0;
         if (rc) break;
         fsdp_trainer_unit_set_master_staged(t, u, host, master);
+        handing += fsdp_now() - t1;
         if (u + STAGED_UNITS < l->num_units) zero_gaps(&pl, u + STAGED_UNITS, &next_gap);
         set_handed(&pl, u + 1, STAGED_UNITS, 0);
         report(p, u + 1);
@@ -387,6 +395,11 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
     fsdp_hf_weights_close(&w);
     if (fsdp_agree(t->world, err)) return -1;
     summary(p, what);
+    double times[3] = {before_readers, waited, handing};
+    fsdp_mpi_allreduce(times, 3, MPI_DOUBLE, MPI_MAX, t->world, "the load's time breakdown of every rank");
+    fsdp_log("init-from: the slowest rank's time: %.2f s before the readers started (allocating the first "
+             "staging array, pinned on a GPU host), %.2f s waiting for the readers, %.2f s handing units to the "
+             "device (conversion to the master dtype and the copy)\n", times[0], times[1], times[2]);
     return 0;
 }
 
