@@ -16,7 +16,7 @@ double fsdp_rand_normal(uint64_t seed, uint64_t stream, uint64_t index);
 
 /* The same numbers with (seed, stream) mixed once into a key: fsdp_rand_u64(seed, stream, i) ==
  * fsdp_rand_u64_keyed(fsdp_rand_key(seed, stream), i), and likewise for the normal. A loop over one
- * stream's indices hoists the key (initialising 7B weights spends half its time re-mixing it). */
+ * stream's indices mixes the key once instead of once per index (fsdp_param_init_fill). */
 uint64_t fsdp_rand_key(uint64_t seed, uint64_t stream);
 uint64_t fsdp_rand_u64_keyed(uint64_t key, uint64_t index);
 double fsdp_rand_normal_keyed(uint64_t key, uint64_t index);

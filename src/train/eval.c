@@ -77,7 +77,7 @@ static int run_batches(fsdp_trainer *t, fsdp_data *data, double *loss, int64_t *
             double rate = (double)(a + 1) / (now - start);
             fsdp_log("eval: %llu/%llu micro-batches | %.0f tok/s/%s | ETA %.0f s\n", (unsigned long long)(a + 1),
                      (unsigned long long)batches, rate * (double)o->mbs * o->seq,
-                     t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank", (double)(batches - a - 1) / rate);
+                     fsdp_trainer_per_what(t), (double)(batches - a - 1) / rate);
         }
     }
     return 0;

@@ -334,7 +334,7 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
      * others while the readers fill it (pl.ready holds the readers back from the units those take). */
     size_t shard = (size_t)max_shard(t);
     /* Where the load's time goes, for the line after the summary: before the readers start, waiting for
-     * them, and handing units to the device (what a load short of the disk's speed spends). */
+     * them, and handing units to the device (what a load short of the disk's speed spends it on). */
     double began = fsdp_now(), waited = 0.0, handing = 0.0;
     pl.staging[0] = be->runtime->alloc_host(be, shard * sizeof(float), "init-from staging");
     pl.ready = 1;
@@ -397,9 +397,10 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
     summary(p, what);
     double times[3] = {before_readers, waited, handing};
     fsdp_mpi_allreduce(times, 3, MPI_DOUBLE, MPI_MAX, t->world, "the load's time breakdown of every rank");
-    fsdp_log("init-from: the slowest rank's time: %.2f s before the readers started (allocating the first "
-             "staging array, pinned on a GPU host), %.2f s waiting for the readers, %.2f s handing units to the "
-             "device (conversion to the master dtype and the copy)\n", times[0], times[1], times[2]);
+    fsdp_log("init-from: where the time went (each the largest over the ranks): %.2f s before the readers started "
+             "(the first staging array, pinned on a GPU host, and the read plan), %.2f s waiting for the readers, "
+             "%.2f s handing units to the device (conversion to the master dtype and the copy)\n",
+             times[0], times[1], times[2]);
     return 0;
 }
 

@@ -30,8 +30,6 @@ static fsdp_plan_place place_of(const fsdp_trainer *t) {
     return p;
 }
 
-static const char *per_what(const fsdp_trainer *t) { return t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank"; }
-
 /* The memory each rank may use: --memory-limit, or the GPU's when smaller or not given; the smallest
  * over the ranks, 0 when some rank does not know it (the CPU backend without a limit). */
 static size_t agreed_budget(fsdp_trainer *t) {
@@ -61,7 +59,7 @@ static void advice(const fsdp_trainer *t, char *buf, size_t cap) {
     buf[0] = 0;
     if (!t->fit_budget) return; /* no size to fit into */
     size_t used = (size_t)snprintf(buf, cap, "what fits in %s per %s:", fsdp_bytes_text((double)t->fit_budget, b),
-                                   per_what(t));
+                                   fsdp_trainer_per_what(t));
     int any = 0;
     int smaller = o->mbs > 1 ? largest_mbs(t, o, &place, o->mbs - 1, &p) : 0;
     if (smaller && used < cap) used += (size_t)snprintf(buf + used, cap - used, " --mbs %d", smaller), any = 1;
@@ -100,12 +98,12 @@ static void advice(const fsdp_trainer *t, char *buf, size_t cap) {
         if (m == o->mbs) { /* the fewest GPUs that take this micro-batch */
             if (used < cap)
                 used += (size_t)snprintf(buf + used, cap - used, "%s FULL on %d %ss with --mbs %d", any ? ";" : "", gpus,
-                                         per_what(t), m);
+                                         fsdp_trainer_per_what(t), m);
             any = 1;
             break;
         }
     }
-    if (!any && used < cap) snprintf(buf + used, cap - used, " nothing on up to 1024 %ss", per_what(t));
+    if (!any && used < cap) snprintf(buf + used, cap - used, " nothing on up to 1024 %ss", fsdp_trainer_per_what(t));
 }
 
 /* The next micro-batch above mbs that --mbs auto could take (one dividing the --global-batch per
@@ -142,7 +140,7 @@ int fsdp_fit_choose(fsdp_trainer *t, fsdp_err *err) {
             char b[32];
             return fsdp_errf(err, "--mbs auto: not even a micro-batch of 1%s fits in %s per %s (%s); %s",
                              o->global_batch ? " dividing the --global-batch" : "",
-                             fsdp_bytes_text((double)t->fit_budget, b), per_what(t), line, adv);
+                             fsdp_bytes_text((double)t->fit_budget, b), fsdp_trainer_per_what(t), line, adv);
         }
         o->mbs = mbs;
         fsdp_train_options up = *o;
@@ -158,7 +156,7 @@ int fsdp_fit_choose(fsdp_trainer *t, fsdp_err *err) {
         fsdp_log("micro-batch: --mbs auto chose %d, the largest %sthe memory plan fits in %s per %s (%s reserved by "
                  "fsdp.c%s)%s\n",
                  mbs, o->global_batch ? "dividing the --global-batch that " : "",
-                 fsdp_bytes_text((double)t->fit_budget, b), per_what(t), fsdp_bytes_text((double)best.reserved, r), out,
+                 fsdp_bytes_text((double)t->fit_budget, b), fsdp_trainer_per_what(t), fsdp_bytes_text((double)best.reserved, r), out,
                  then);
     }
     if (o->global_batch > 0) {

@@ -353,8 +353,7 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
         for (int n = o->steps; n >= 10; n /= 10) width++;
         fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/%s | %.1f ms | comm wait %.1f%%%s | "
                  "ETA %s\n",
-                 width, t->step, o->steps, r->loss, r->lr, r->grad_norm, tps,
-                 t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank", r->step_ms,
+                 width, t->step, o->steps, r->loss, r->lr, r->grad_norm, tps, fsdp_trainer_per_what(t), r->step_ms,
                  r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eval, eta);
     }
     if (t->metrics) {
@@ -595,6 +594,8 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
 }
 
 int fsdp_trainer_setup(fsdp_trainer *t, fsdp_err *err) { return setup(t, err); }
+
+const char *fsdp_trainer_per_what(const fsdp_trainer *t) { return t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank"; }
 void fsdp_trainer_teardown(fsdp_trainer *t) { teardown(t); }
 
 int fsdp_train(const fsdp_train_options *opt, fsdp_err *err) {

@@ -69,6 +69,9 @@ int fsdp_train(const fsdp_train_options *opt, fsdp_err *err);
 int fsdp_trainer_setup(fsdp_trainer *t, fsdp_err *err);
 void fsdp_trainer_teardown(fsdp_trainer *t);
 
+/* What one rank drives, for the per-rank figures of messages: "GPU" on the CUDA backend, else "rank". */
+const char *fsdp_trainer_per_what(const fsdp_trainer *t);
+
 /* A preset name, or a Hugging Face config.json or its directory (--model). */
 int fsdp_train_load_model(const char *spec, fsdp_model_config *cfg, fsdp_err *err);
 
