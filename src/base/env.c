@@ -79,6 +79,10 @@ int fsdp_env_verbose_ckpt(void) { return switch_of("FSDP_VERBOSE_CKPT", 0); }
 const char *fsdp_env_nccl_max_ctas(void) { return value_of("FSDP_NCCL_MAX_CTAS"); }
 const char *fsdp_env_test_fail(void) { return value_of("FSDP_TEST_FAIL"); }
 
+long long fsdp_env_test_init_from_window(void) {
+    return integer_of("FSDP_TEST_INIT_FROM_WINDOW", 0, 1, 1ll << 40, "a number of elements from 1 to 2^40");
+}
+
 int fsdp_env_test_memory_limit(int *rank, double *gib) {
     static const char expected[] = "RANK:GIB (a test hook: a rank number, a positive number of GiB)";
     const char *v = value_of("FSDP_TEST_MEMORY_LIMIT");

@@ -29,8 +29,9 @@ int fsdp_env_omp_threads_given(void);
  * bound of checkpoint I/O. A positive number; default 600. Thread-safe. */
 double fsdp_env_sync_timeout_s(void);
 
-/* FSDP_CKPT_IO: 1 for "direct" (checkpoint bytes with O_DIRECT where the file system allows, the
- * default), 0 for "buffered" (through the page cache). */
+/* FSDP_CKPT_IO: 1 for "direct" (checkpoint bytes, and the weights --init-from reads from a Hugging
+ * Face directory, with O_DIRECT where the file system allows; the default), 0 for "buffered"
+ * (through the page cache). */
 int fsdp_env_ckpt_direct_io(void);
 /* FSDP_CKPT_THREADS: I/O threads per rank for checkpoint bytes, 1..64; default 4. */
 int fsdp_env_ckpt_threads(void);
@@ -55,6 +56,9 @@ const char *fsdp_env_test_fail(void);
 /* FSDP_TEST_MEMORY_LIMIT: "RANK:GIB", a memory limit on one rank that the memory plan does not know
  * of. Returns 1 and sets *rank and *gib when set (RANK >= 0, GIB > 0), 0 when unset. */
 int fsdp_env_test_memory_limit(int *rank, double *gib);
+/* FSDP_TEST_INIT_FROM_WINDOW: elements per staging window of --init-from (src/train/hf_import.c),
+ * 1..2^40, so that a tiny model's shards are cut into many windows; 0 when unset (the built-in). */
+long long fsdp_env_test_init_from_window(void);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* The safetensors reader of safetensors.h: the framing and header checks of each file, the index of
  * a sharded model, and positioned reads with conversion to fp32. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include "safetensors.h"
 
 #include <errno.h>
@@ -271,6 +272,7 @@ static int by_name(const void *a, const void *b) {
 void fsdp_st_close(fsdp_st_set *s) {
     for (int i = 0; i < s->num_files; i++) {
         if (s->files[i].fd >= 0) close(s->files[i].fd);
+        if (s->files[i].direct_fd >= 0) close(s->files[i].direct_fd);
         free(s->files[i].path);
     }
     for (int i = 0; i < s->num_tensors; i++) free(s->tensors[i].name);
@@ -289,6 +291,7 @@ int fsdp_st_add_file(fsdp_st_set *s, const char *path, fsdp_err *err) {
     fsdp_st_file *f = &s->files[s->num_files++];
     f->path = fsdp_st_strdup(path);
     f->fd = fd;
+    f->direct_fd = -1;
     f->size = size;
     fsdp_st_tensor *items;
     int count;
@@ -417,17 +420,26 @@ float fsdp_f16_to_f32(uint16_t h) {
  * enough to spread a tensor over threads. */
 #define READ_CHUNK_ELEMS (4 << 20)
 
+/* Elements are loaded with memcpy: a tensor's bytes need not be aligned in the file (nothing in the
+ * format makes them so), and an O_DIRECT read hands them over at their offset inside whole blocks. */
 void fsdp_st_convert_f32(fsdp_st_dtype dtype, const void *raw, int64_t n, float *out) {
-    const uint16_t *in = raw;
-    if (dtype == FSDP_ST_F32)
+    const unsigned char *in = raw;
+    if (dtype == FSDP_ST_F32) {
         memcpy(out, raw, (size_t)n * 4);
-    else if (dtype == FSDP_ST_BF16)
+        return;
+    }
+    uint16_t h;
+    if (dtype == FSDP_ST_BF16)
         for (int64_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)in[i] << 16;
+            memcpy(&h, in + 2 * i, 2);
+            uint32_t u = (uint32_t)h << 16;
             memcpy(&out[i], &u, 4);
         }
     else
-        for (int64_t i = 0; i < n; i++) out[i] = fsdp_f16_to_f32(in[i]);
+        for (int64_t i = 0; i < n; i++) {
+            memcpy(&h, in + 2 * i, 2);
+            out[i] = fsdp_f16_to_f32(h);
+        }
 }
 
 int fsdp_st_read_raw(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, void *out,
@@ -441,6 +453,54 @@ int fsdp_st_read_raw(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t star
         return fsdp_errf(err, "%s: tensor %s: reading element %lld failed: %s", path, t->name, (long long)start,
                          errno ? strerror(errno) : "the file ended early");
     return 0;
+}
+
+int fsdp_st_open_direct(fsdp_st_set *s) {
+    int opened = 0;
+    for (int i = 0; i < s->num_files; i++) {
+        if (s->files[i].direct_fd < 0) s->files[i].direct_fd = open(s->files[i].path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        opened += s->files[i].direct_fd >= 0;
+    }
+    return opened;
+}
+
+size_t fsdp_st_aligned_cap(size_t bytes) { return bytes + 2 * FSDP_ST_DIRECT_ALIGN; }
+
+/* The blocks [a0, a0 + len) through O_DIRECT, until `need` bytes are in (the last block may pass the
+ * end of the file, where the kernel reads short). 0, or -1 with errno (EINVAL: the kernel refused
+ * the alignment; 0: the file ended before `need`). */
+static int pread_direct(int fd, char *buf, uint64_t a0, size_t len, size_t need) {
+    size_t done = 0;
+    while (done < need) {
+        ssize_t r = pread(fd, buf + done, len - done, (off_t)(a0 + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) return errno = 0, -1;
+        done += (size_t)r;
+        /* a short read that is not at a block boundary cannot be continued with O_DIRECT */
+        if (done < need && done % FSDP_ST_DIRECT_ALIGN) return errno = EINVAL, -1;
+    }
+    return 0;
+}
+
+int fsdp_st_read_raw_aligned(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, void *buf,
+                             const void **data, fsdp_err *err) {
+    const fsdp_st_file *f = &s->files[t->file];
+    size_t es = (size_t)fsdp_st_dtype_bits(t->dtype) / 8;
+    if (f->direct_fd >= 0 && start >= 0 && count >= 0 && start + count <= t->numel) {
+        uint64_t begin = t->offset + (uint64_t)start * es, end = begin + (uint64_t)count * es;
+        uint64_t a0 = begin / FSDP_ST_DIRECT_ALIGN * FSDP_ST_DIRECT_ALIGN;
+        uint64_t a1 = (end + FSDP_ST_DIRECT_ALIGN - 1) / FSDP_ST_DIRECT_ALIGN * FSDP_ST_DIRECT_ALIGN;
+        if (pread_direct(f->direct_fd, buf, a0, (size_t)(a1 - a0), (size_t)(end - a0)) == 0) {
+            *data = (const char *)buf + (begin - a0);
+            return 0;
+        }
+        if (errno != EINVAL)
+            return fsdp_errf(err, "%s: tensor %s: reading element %lld failed: %s", f->path, t->name, (long long)start,
+                             errno ? strerror(errno) : "the file ended early");
+    }
+    *data = buf;
+    return fsdp_st_read_raw(s, t, start, count, buf, err);
 }
 
 int fsdp_st_read_f32(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, float *out,

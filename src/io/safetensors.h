@@ -59,6 +59,7 @@ typedef struct {
 typedef struct {
     char *path;
     int fd;
+    int direct_fd;   /* the same file opened with O_DIRECT (fsdp_st_open_direct), -1 when not */
     uint64_t size;
 } fsdp_st_file;
 
@@ -105,10 +106,27 @@ int fsdp_st_read_f32(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t star
 /* The two halves of fsdp_st_read_f32, for a caller that keeps the disk reading while it converts:
  * fsdp_st_read_raw reads the bytes of elements [start, start + count) of t as the file holds them
  * (count x fsdp_st_dtype_bits / 8 bytes) with one positioned read on the calling thread (thread-safe);
- * fsdp_st_convert_f32 turns count elements of a readable dtype into fp32 on the calling thread. */
+ * fsdp_st_convert_f32 turns count elements of a readable dtype into fp32 on the calling thread (raw
+ * may be at any address). */
 int fsdp_st_read_raw(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, void *out,
                      fsdp_err *err);
 void fsdp_st_convert_f32(fsdp_st_dtype dtype, const void *raw, int64_t count, float *out);
+
+/* Reads that bypass the page cache, for a caller that reads a whole model once from a cold disk:
+ * several O_DIRECT reads in flight keep the device's queue full without the kernel's read-ahead
+ * and the copy out of the cache (a checkpoint's resume read this way at or above dd's cold rate).
+ * fsdp_st_open_direct opens every file of the set a second time with O_DIRECT and returns how many
+ * file systems allowed it (tmpfs does not: those files keep reading through the cache).
+ * fsdp_st_read_raw_aligned is fsdp_st_read_raw through a buffer `buf` aligned to
+ * FSDP_ST_DIRECT_ALIGN of at least fsdp_st_aligned_cap(bytes) bytes: it reads the whole blocks
+ * around the range and sets *data to the range's first byte inside buf (buf itself when the read
+ * went through the cache, which it does for a file without O_DIRECT or a read the kernel refused
+ * unaligned). Thread-safe. */
+#define FSDP_ST_DIRECT_ALIGN 4096
+int fsdp_st_open_direct(fsdp_st_set *s);
+size_t fsdp_st_aligned_cap(size_t bytes);
+int fsdp_st_read_raw_aligned(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t start, int64_t count, void *buf,
+                             const void **data, fsdp_err *err);
 
 /* IEEE half -> float, exactly (subnormals, infinities and NaNs included). */
 float fsdp_f16_to_f32(uint16_t h);

@@ -1,5 +1,5 @@
 /* The safetensors writer of safetensors_write.h. */
-#define _GNU_SOURCE /* fallocate */
+#define _GNU_SOURCE /* fallocate, sync_file_range */
 #include "safetensors_write.h"
 
 #include <dirent.h>
@@ -210,9 +210,16 @@ int fsdp_st_pwrite(fsdp_st_writer *w, int tensor, int64_t start, int64_t count, 
     const fsdp_st_plan *p = w->plan;
     int f = p->file_of[tensor];
     uint64_t off = p->offset[tensor] + fsdp_st_plan_bytes(p, start);
-    if (pwrite_full(w->fds[f], bytes, fsdp_st_plan_bytes(p, count), off))
+    size_t len = fsdp_st_plan_bytes(p, count);
+    if (pwrite_full(w->fds[f], bytes, len, off))
         return fsdp_errf(err, "%s: writing tensor %s failed: %s", w->paths[f], p->tensors[tensor].name,
                          strerror(errno));
+    /* Starts the disk on these bytes now. Left to the kernel, writeback of a large file begins only
+     * when the dirty pages pass a fraction of the host's memory (tens of GB on a GPU node), so the
+     * disk idled while the first bytes were written and the final fsync then waited for nearly all
+     * of them: one rank exported Llama-2-7B at 75% of dd's write rate. Advice only: a file system
+     * without it, or an error here, leaves the bytes to the fsync, which reports errors. */
+    (void)sync_file_range(w->fds[f], (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
     return 0;
 }
 

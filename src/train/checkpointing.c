@@ -81,9 +81,7 @@ fsdp_ckpt_tensor *fsdp_trainer_tensor_table(const fsdp_trainer *t) {
     return tab;
 }
 
-/* Pieces of unit u's shard: the intersection of this rank's flat range with every parameter,
- * pointing into host arrays of es-byte elements laid out like the device shard (m, v may be NULL). */
-static int unit_pieces(const fsdp_trainer *t, int u, char *master, char *m, char *v, size_t es, fsdp_ckpt_piece *out) {
+int fsdp_trainer_unit_spans(const fsdp_trainer *t, int u, fsdp_shard_span *out) {
     int n = 0;
     fsdp_shard_view view = fsdp_engine_view(t->eng, u);
     const fsdp_unit_desc *ud = &t->layout.units[u];
@@ -94,15 +92,26 @@ static int unit_pieces(const fsdp_trainer *t, int u, char *master, char *m, char
         int64_t a = p->offset > lo ? p->offset : lo;
         int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a >= b) continue;
-        size_t at = (size_t)(a - view.start) * es;
-        out[n].tensor = pi;
-        out[n].start = a - p->offset;
-        out[n].count = b - a;
-        out[n].param = master + at;
-        out[n].exp_avg = m ? m + at : NULL;
-        out[n].exp_avg_sq = v ? v + at : NULL;
-        n++;
+        out[n++] = (fsdp_shard_span){pi, a - p->offset, b - a, a - view.start};
     }
+    return n;
+}
+
+/* Pieces of unit u's shard, pointing into host arrays of es-byte elements laid out like the device
+ * shard (m, v may be NULL). */
+static int unit_pieces(const fsdp_trainer *t, int u, char *master, char *m, char *v, size_t es, fsdp_ckpt_piece *out) {
+    fsdp_shard_span *spans = fsdp_xcalloc((size_t)t->layout.units[u].num_params + 1, sizeof *spans, "shard spans");
+    int n = fsdp_trainer_unit_spans(t, u, spans);
+    for (int i = 0; i < n; i++) {
+        size_t at = (size_t)spans[i].offset * es;
+        out[i].tensor = spans[i].tensor;
+        out[i].start = spans[i].start;
+        out[i].count = spans[i].count;
+        out[i].param = master + at;
+        out[i].exp_avg = m ? m + at : NULL;
+        out[i].exp_avg_sq = v ? v + at : NULL;
+    }
+    free(spans);
     return n;
 }
 
@@ -115,12 +124,17 @@ size_t fsdp_trainer_master_staging_bytes(const fsdp_trainer *t, int64_t elems) {
     return es == 4 && t->opt.master_dtype == FSDP_F32 ? 0 : (size_t)elems * es;
 }
 
-void fsdp_trainer_unit_set_master_staged(fsdp_trainer *t, int u, const float *master, void *staged) {
+void fsdp_trainer_unit_set_master_range(fsdp_trainer *t, int u, int64_t start, int64_t count, const float *master,
+                                        void *staged) {
     fsdp_backend *be = t->be;
     fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-    size_t es = master_size(t), n = (size_t)view.len;
+    size_t es = master_size(t), n = (size_t)count;
+    if (start < 0 || count < 0 || start + count > view.len)
+        fsdp_fatal("fsdp_trainer_unit_set_master_range: elements [%lld, %lld) outside unit %d's shard of %lld",
+                   (long long)start, (long long)(start + count), u, (long long)view.len);
+    void *dest = (char *)view.master + (size_t)start * es;
     if (es == 4 && t->opt.master_dtype == FSDP_F32) { /* nothing to convert */
-        be->runtime->copy_h2d(be, view.master, master, n * 4, be->compute);
+        be->runtime->copy_h2d(be, dest, master, n * 4, be->compute);
         be->runtime->stream_synchronize(be, be->compute);
         return;
     }
@@ -131,14 +145,15 @@ void fsdp_trainer_unit_set_master_staged(fsdp_trainer *t, int u, const float *ma
         else
             ((float *)staged)[i] = fsdp_round_bf16(master[i]); /* a bf16 master emulated in fp32 storage */
     }
-    be->runtime->copy_h2d(be, view.master, staged, n * es, be->compute);
+    be->runtime->copy_h2d(be, dest, staged, n * es, be->compute);
     be->runtime->stream_synchronize(be, be->compute);
 }
 
 void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master) {
-    size_t bytes = fsdp_trainer_master_staging_bytes(t, fsdp_engine_view(t->eng, u).len);
+    int64_t len = fsdp_engine_view(t->eng, u).len;
+    size_t bytes = fsdp_trainer_master_staging_bytes(t, len);
     void *staged = bytes ? fsdp_xmalloc(bytes, "weights staging") : NULL;
-    fsdp_trainer_unit_set_master_staged(t, u, master, staged);
+    fsdp_trainer_unit_set_master_range(t, u, 0, len, master, staged);
     free(staged);
 }
 

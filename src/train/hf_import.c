@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "../base/agree.h"
+#include "../base/env.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
 #include "../io/checkpoint.h"
@@ -147,63 +148,81 @@ static int from_checkpoint(fsdp_trainer *t, progress *p, fsdp_err *err) {
 
 /* ---- the Hugging Face pipeline ----
  *
- * READERS threads take the weights' chunks in unit order, each at most CHUNK_BYTES of one tensor:
- * a thread preads a chunk's raw bytes (the files' dtype) into its own buffer and converts them into
- * the fp32 staging array of the chunk's unit. There are STAGED_UNITS staging arrays, so the readers
- * go on with the next unit while the main thread hands a complete one to the device: the disk keeps
- * READERS large reads in flight from the first chunk to the last, and conversion runs on the
- * readers, between their reads. A tied embedding's chunk also reads the same elements of
- * lm_head.weight and compares them with the values just converted. */
+ * This rank's shard of every unit is cut into windows of at most WINDOW_BYTES of fp32 (a window
+ * never spans two units), and the weights' chunks, each at most CHUNK_BYTES of one tensor, into
+ * those windows. READERS threads take the chunks in order: a thread preads a chunk's raw bytes (the
+ * files' dtype) into its own buffer and converts them into the fp32 staging array of the chunk's
+ * window. There are STAGED_WINDOWS staging arrays, so the readers go on with the next windows while
+ * the main thread hands a complete one to the device: the disk keeps READERS large reads in flight
+ * from the first chunk to the last, and conversion runs on the readers, between their reads.
+ *
+ * Windows rather than whole units, because the staging arrays are page-locked on a GPU host and
+ * locking costs time in proportion to the size: staging of a unit's length (Llama-3.2-1B's
+ * embedding on one rank is 1 GB in fp32, 0.36 s to lock on an H200 host) kept the readers from
+ * starting and then waiting while the second array was locked; the one-rank load of that model was
+ * at 42% of dd's cold read. A tied embedding's
+ * chunk also reads the same elements of lm_head.weight and compares them with the values just
+ * converted. */
 enum {
-    CHUNK_BYTES = 8 << 20, /* one pread: large enough for the disk's full bandwidth per request */
-    READERS = 6,           /* preads in flight while others convert: the queue depth a cold read needs */
-    STAGED_UNITS = 2       /* one unit read while the one before is handed to the device */
+    CHUNK_BYTES = 8 << 20,    /* one pread: large enough for the disk's full bandwidth per request */
+    READERS = 6,              /* preads in flight while others convert: the queue depth a cold read needs */
+    WINDOW_BYTES = 128 << 20, /* fp32 staging per window: 16 chunks of bf16, a few ms to copy to a GPU */
+    STAGED_WINDOWS = 3        /* two windows read while the one before is handed to the device */
 };
 
 typedef struct {
-    int param;
     int unit;
+    int64_t start, count; /* elements of the unit's shard */
+} window;
+
+typedef struct {
+    int param;
+    int window;
     int64_t start, count; /* elements of the parameter */
-    int64_t dest;         /* element offset in the unit's staging array */
+    int64_t dest;         /* element offset in the window's staging array */
 } chunk;
 
-/* Elements [start, start + count) of a unit's staging array that no parameter covers (alignment
- * and the shard's padding): zeroed, the rest is overwritten by every unit. */
+/* Elements [start, start + count) of a window's staging array that no parameter covers (alignment
+ * and the shard's padding): zeroed, the rest is overwritten by every window. */
 typedef struct {
-    int unit;
+    int window;
     int64_t start, count;
 } gap;
 
 typedef struct {
     const fsdp_hf_weights *w;
-    const chunk *chunks;
+    window *windows;
+    int num_windows;
+    chunk *chunks;
     int64_t num_chunks;
-    gap *gaps;                /* in unit order */
+    gap *gaps;                /* in window order */
     int64_t num_gaps;
-    float *staging[STAGED_UNITS];
+    float *staging[STAGED_WINDOWS];
     pthread_mutex_t lock;
     pthread_cond_t changed;   /* a chunk was converted, a staging array freed, or the readers must stop */
     int64_t next;             /* the next chunk a reader takes */
     int busy;                 /* readers reading or converting a chunk */
-    int handed;               /* units handed to the device: units below handed + ready may be read */
-    int ready;                /* staging arrays allocated so far (up to STAGED_UNITS) */
-    int64_t *left;            /* per unit: chunks not yet converted */
+    int handed;               /* windows handed to the device: windows below handed + ready may be read */
+    int ready;                /* staging arrays allocated so far (up to STAGED_WINDOWS) */
+    int64_t *left;            /* per window: chunks not yet converted */
     int64_t bytes;            /* read so far */
     int64_t failed;           /* the first chunk that failed, num_chunks while none did */
     fsdp_err failure;
     int stop;
 } pipeline;
 
+/* raw: FSDP_ST_DIRECT_ALIGN-aligned, fsdp_st_aligned_cap(CHUNK_BYTES) bytes. */
 static int read_chunk(pipeline *pl, const chunk *ch, void *raw, int64_t *bytes, fsdp_err *err) {
     const fsdp_st_tensor *sources[2];
     int m = fsdp_hf_weights_sources(pl->w, ch->param, sources);
-    float *out = pl->staging[ch->unit % STAGED_UNITS] + ch->dest;
+    float *out = pl->staging[ch->window % STAGED_WINDOWS] + ch->dest;
     for (int k = 0; k < m; k++) {
-        if (fsdp_st_read_raw(&pl->w->set, sources[k], ch->start, ch->count, raw, err)) return -1;
+        const void *data;
+        if (fsdp_st_read_raw_aligned(&pl->w->set, sources[k], ch->start, ch->count, raw, &data, err)) return -1;
         *bytes += ch->count * fsdp_st_dtype_bits(sources[k]->dtype) / 8;
         if (k == 0)
-            fsdp_st_convert_f32(sources[k]->dtype, raw, ch->count, out);
-        else if (fsdp_hf_weights_check_tied(pl->w, ch->start, ch->count, raw, out, err))
+            fsdp_st_convert_f32(sources[k]->dtype, data, ch->count, out);
+        else if (fsdp_hf_weights_check_tied(pl->w, ch->start, ch->count, data, out, err))
             return -1;
     }
     return 0;
@@ -211,11 +230,13 @@ static int read_chunk(pipeline *pl, const chunk *ch, void *raw, int64_t *bytes, 
 
 static void *reader_main(void *arg) {
     pipeline *pl = arg;
-    void *raw = fsdp_xmalloc(CHUNK_BYTES, "an init-from read");
+    void *raw = NULL;
+    int e = posix_memalign(&raw, FSDP_ST_DIRECT_ALIGN, fsdp_st_aligned_cap(CHUNK_BYTES));
+    if (e != 0) fsdp_fatal("init-from: out of host memory for a read buffer: %s", strerror(e));
     pthread_mutex_lock(&pl->lock);
     for (;;) {
         while (!pl->stop && pl->next < pl->failed && pl->next < pl->num_chunks &&
-               pl->chunks[pl->next].unit >= pl->handed + pl->ready)
+               pl->chunks[pl->next].window >= pl->handed + pl->ready)
             pthread_cond_wait(&pl->changed, &pl->lock);
         if (pl->stop || pl->next >= pl->failed || pl->next >= pl->num_chunks) break;
         int64_t c = pl->next++;
@@ -229,7 +250,7 @@ static void *reader_main(void *arg) {
         pl->busy--;
         pl->bytes += bytes;
         if (rc == 0) {
-            pl->left[pl->chunks[c].unit]--;
+            pl->left[pl->chunks[c].window]--;
         } else if (c < pl->failed) {
             pl->failed = c;
             pl->failure = e;
@@ -241,14 +262,14 @@ static void *reader_main(void *arg) {
     return NULL;
 }
 
-/* Waits until unit u is in its staging array (0), or a chunk up to its last has failed (-1, err set:
- * the first chunk's failure, once no reader can fail on an earlier one). *bytes becomes the bytes
- * read so far. */
-static int wait_unit(pipeline *pl, int u, int64_t *bytes, fsdp_err *err) {
+/* Waits until window w is in its staging array (0), or a chunk up to its last has failed (-1, err
+ * set: the first chunk's failure, once no reader can fail on an earlier one). *bytes becomes the
+ * bytes read so far. */
+static int wait_window(pipeline *pl, int w, int64_t *bytes, fsdp_err *err) {
     pthread_mutex_lock(&pl->lock);
-    while (pl->left[u] > 0 && !(pl->failed < pl->num_chunks && pl->busy == 0))
+    while (pl->left[w] > 0 && !(pl->failed < pl->num_chunks && pl->busy == 0))
         pthread_cond_wait(&pl->changed, &pl->lock);
-    int rc = pl->left[u] > 0 ? -1 : 0;
+    int rc = pl->left[w] > 0 ? -1 : 0;
     if (rc) *err = pl->failure;
     *bytes = pl->bytes;
     pthread_mutex_unlock(&pl->lock);
@@ -272,47 +293,57 @@ static void *grow(void *array, int64_t n, int64_t *cap, size_t size, const char 
     return array;
 }
 
-static int by_dest(const void *a, const void *b) {
-    const char *x = ((const fsdp_ckpt_piece *)a)->param, *y = ((const fsdp_ckpt_piece *)b)->param;
+static int by_offset(const void *a, const void *b) {
+    int64_t x = ((const fsdp_shard_span *)a)->offset, y = ((const fsdp_shard_span *)b)->offset;
     return (x > y) - (x < y);
 }
 
-/* This rank's chunks of every unit in unit order, and the gaps between them. */
-static void plan(fsdp_trainer *t, pipeline *pl, float *base) {
+/* This rank's windows of every unit in unit order, their chunks and the gaps between them. */
+static void plan(fsdp_trainer *t, pipeline *pl, int64_t window_elems) {
     const fsdp_layout *l = &t->layout;
-    fsdp_ckpt_piece *pieces = fsdp_xcalloc((size_t)l->num_params, sizeof *pieces, "init-from pieces");
-    chunk *chunks = NULL;
-    int64_t n = 0, cap = 0, gap_cap = 0;
+    fsdp_shard_span *spans = fsdp_xcalloc((size_t)l->num_params + 1, sizeof *spans, "init-from spans");
+    int64_t num_windows = 0, window_cap = 0, chunk_cap = 0, gap_cap = 0;
     for (int u = 0; u < l->num_units; u++) {
-        int np = fsdp_trainer_unit_pieces(t, u, base, NULL, NULL, pieces);
-        qsort(pieces, (size_t)np, sizeof *pieces, by_dest);
-        int64_t covered = 0; /* staging elements below this one are covered or in a gap already */
-        for (int i = 0; i <= np; i++) {
-            int64_t dest = i < np ? (float *)pieces[i].param - base : fsdp_engine_view(t->eng, u).len;
-            if (dest > covered) {
-                pl->gaps = grow(pl->gaps, pl->num_gaps, &gap_cap, sizeof *pl->gaps, "init-from gaps");
-                pl->gaps[pl->num_gaps++] = (gap){u, covered, dest - covered};
-            }
-            if (i == np) break;
-            if (dest + pieces[i].count > covered) covered = dest + pieces[i].count;
-            int64_t per = CHUNK_BYTES / (fsdp_st_dtype_bits(pl->w->by_param[pieces[i].tensor]->dtype) / 8);
-            for (int64_t at = 0; at < pieces[i].count; at += per) {
-                chunks = grow(chunks, n, &cap, sizeof *chunks, "init-from chunks");
-                int64_t len = pieces[i].count - at < per ? pieces[i].count - at : per;
-                chunks[n++] = (chunk){pieces[i].tensor, u, pieces[i].start + at, len, dest + at};
-                pl->left[u]++;
+        int n = fsdp_trainer_unit_spans(t, u, spans), first = 0;
+        qsort(spans, (size_t)n, sizeof *spans, by_offset);
+        int64_t len = fsdp_engine_view(t->eng, u).len;
+        for (int64_t w0 = 0; w0 < len; w0 += window_elems) {
+            int64_t w1 = len - w0 < window_elems ? len : w0 + window_elems, covered = w0;
+            int w = (int)num_windows;
+            pl->windows = grow(pl->windows, num_windows, &window_cap, sizeof *pl->windows, "init-from windows");
+            pl->windows[num_windows++] = (window){u, w0, w1 - w0};
+            while (first < n && spans[first].offset + spans[first].count <= w0) first++;
+            for (int i = first; i <= n; i++) {
+                /* the next span's part in this window, or the window's end after the last one */
+                int64_t a = i < n && spans[i].offset < w1 ? (spans[i].offset > w0 ? spans[i].offset : w0) : w1;
+                int64_t b = a < w1 ? (spans[i].offset + spans[i].count < w1 ? spans[i].offset + spans[i].count : w1) : w1;
+                if (a > covered) {
+                    pl->gaps = grow(pl->gaps, pl->num_gaps, &gap_cap, sizeof *pl->gaps, "init-from gaps");
+                    pl->gaps[pl->num_gaps++] = (gap){w, covered - w0, a - covered};
+                }
+                if (a == w1) break;
+                int64_t per = CHUNK_BYTES / (fsdp_st_dtype_bits(pl->w->by_param[spans[i].tensor]->dtype) / 8);
+                for (int64_t at = a; at < b; at += per) {
+                    int64_t count = b - at < per ? b - at : per;
+                    pl->chunks = grow(pl->chunks, pl->num_chunks, &chunk_cap, sizeof *pl->chunks, "init-from chunks");
+                    pl->chunks[pl->num_chunks++] =
+                        (chunk){spans[i].tensor, w, spans[i].start + (at - spans[i].offset), count, at - w0};
+                }
+                covered = b;
             }
         }
     }
-    free(pieces);
-    pl->chunks = chunks;
-    pl->num_chunks = n;
+    free(spans);
+    if (num_windows > (int64_t)1 << 30) fsdp_fatal("init-from: %lld staging windows", (long long)num_windows);
+    pl->num_windows = (int)num_windows;
+    pl->left = fsdp_xcalloc((size_t)num_windows + 1, sizeof *pl->left, "init-from windows");
+    for (int64_t c = 0; c < pl->num_chunks; c++) pl->left[pl->chunks[c].window]++;
 }
 
-/* Zeroes unit u's gaps in its staging array; *next walks the gaps in unit order. */
-static void zero_gaps(pipeline *pl, int u, int64_t *next) {
-    float *host = pl->staging[u % STAGED_UNITS];
-    for (; *next < pl->num_gaps && pl->gaps[*next].unit == u; ++*next)
+/* Zeroes window w's gaps in its staging array; *next walks the gaps in window order. */
+static void zero_gaps(pipeline *pl, int w, int64_t *next) {
+    float *host = pl->staging[w % STAGED_WINDOWS];
+    for (; *next < pl->num_gaps && pl->gaps[*next].window == w; ++*next)
         memset(host + pl->gaps[*next].start, 0, (size_t)pl->gaps[*next].count * sizeof(float));
 }
 
@@ -324,22 +355,26 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
         if (rc == 0) fsdp_hf_weights_close(&w);
         return -1;
     }
+    /* FSDP_CKPT_IO=direct (the default) reads the weights as checkpoints are read: around the page
+     * cache, which a one-time read of a whole model gains nothing from. */
+    if (fsdp_env_ckpt_direct_io()) fsdp_st_open_direct(&w.set);
     fsdp_backend *be = t->be;
     pipeline pl;
     memset(&pl, 0, sizeof pl);
     pl.w = &w;
-    /* Page-locked on a GPU host, so that the copies to the device run at full speed. Pinning takes
-     * time in proportion to the size (every page is faulted in and locked; a Llama-2-7B unit on one
-     * rank is 0.8 GB), so only the first staging array is made before the readers start and the
-     * others while the readers fill it (pl.ready holds the readers back from the units those take). */
-    size_t shard = (size_t)max_shard(t);
     /* Where the load's time goes, for the line after the summary: before the readers start, waiting for
-     * them, and handing units to the device (what a load short of the disk's speed spends it on). */
+     * them, and handing windows to the device (what a load short of the disk's speed spends it on). */
     double began = fsdp_now(), waited = 0.0, handing = 0.0;
-    pl.staging[0] = be->runtime->alloc_host(be, shard * sizeof(float), "init-from staging");
+    int64_t window_elems = fsdp_env_test_init_from_window();
+    if (window_elems == 0) window_elems = WINDOW_BYTES / (int64_t)sizeof(float);
+    plan(t, &pl, window_elems);
+    int64_t widest = 1;
+    for (int i = 0; i < pl.num_windows; i++)
+        if (pl.windows[i].count > widest) widest = pl.windows[i].count;
+    /* Only the first staging array is made before the readers start, the others while the readers
+     * fill it (pl.ready holds the readers back from the windows those take). */
+    pl.staging[0] = be->runtime->alloc_host(be, (size_t)widest * sizeof(float), "init-from staging");
     pl.ready = 1;
-    pl.left = fsdp_xcalloc((size_t)l->num_units, sizeof *pl.left, "init-from chunks");
-    plan(t, &pl, pl.staging[0]);
     pl.failed = pl.num_chunks;
     int64_t next_gap = 0;
     zero_gaps(&pl, 0, &next_gap);
@@ -357,39 +392,41 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
                            READERS, strerror(e));
             break;
         }
-    for (int i = 1; i < STAGED_UNITS; i++) {
-        pl.staging[i] = be->runtime->alloc_host(be, shard * sizeof(float), "init-from staging");
-        if (i < l->num_units) zero_gaps(&pl, i, &next_gap);
+    for (int i = 1; i < STAGED_WINDOWS; i++) {
+        pl.staging[i] = be->runtime->alloc_host(be, (size_t)widest * sizeof(float), "init-from staging");
+        if (i < pl.num_windows) zero_gaps(&pl, i, &next_gap);
+        set_handed(&pl, 0, i + 1, 0);
     }
-    set_handed(&pl, 0, STAGED_UNITS, 0);
-    size_t master_bytes = fsdp_trainer_master_staging_bytes(t, (int64_t)shard);
+    size_t master_bytes = fsdp_trainer_master_staging_bytes(t, widest);
     void *master = master_bytes ? be->runtime->alloc_host(be, master_bytes, "init-from master staging") : NULL;
 
-    for (int u = 0; u < l->num_units && rc == 0; u++) {
-        float *host = pl.staging[u % STAGED_UNITS];
+    for (int i = 0; i < pl.num_windows && rc == 0; i++) {
+        const window *win = &pl.windows[i];
         double t0 = fsdp_now();
-        rc = wait_unit(&pl, u, &p->bytes, err);
+        rc = wait_window(&pl, i, &p->bytes, err);
         double t1 = fsdp_now();
         waited += t1 - t0;
         if (rc) break;
-        fsdp_trainer_unit_set_master_staged(t, u, host, master);
+        fsdp_trainer_unit_set_master_range(t, win->unit, win->start, win->count, pl.staging[i % STAGED_WINDOWS],
+                                           master);
         handing += fsdp_now() - t1;
-        if (u + STAGED_UNITS < l->num_units) zero_gaps(&pl, u + STAGED_UNITS, &next_gap);
-        set_handed(&pl, u + 1, STAGED_UNITS, 0);
-        report(p, u + 1);
+        if (i + STAGED_WINDOWS < pl.num_windows) zero_gaps(&pl, i + STAGED_WINDOWS, &next_gap);
+        set_handed(&pl, i + 1, STAGED_WINDOWS, 0);
+        if (i + 1 == pl.num_windows || pl.windows[i + 1].unit != win->unit) report(p, win->unit + 1);
     }
 
-    set_handed(&pl, pl.handed, STAGED_UNITS, 1);
+    set_handed(&pl, pl.handed, STAGED_WINDOWS, 1);
     for (int i = 0; i < started; i++)
         if ((e = pthread_join(readers[i], NULL)) != 0)
             fsdp_fatal("init-from %s: pthread_join of reader thread %d failed: %s", p->path, i + 1, strerror(e));
     pthread_cond_destroy(&pl.changed);
     pthread_mutex_destroy(&pl.lock);
-    free((void *)pl.chunks);
+    free(pl.windows);
+    free(pl.chunks);
     free(pl.gaps);
     free(pl.left);
     if (master) be->runtime->free_host(be, master);
-    for (int i = 0; i < STAGED_UNITS; i++) be->runtime->free_host(be, pl.staging[i]);
+    for (int i = 0; i < STAGED_WINDOWS; i++) be->runtime->free_host(be, pl.staging[i]);
     char what[160];
     fsdp_hf_weights_describe(&w, what, sizeof what);
     fsdp_hf_weights_close(&w);
@@ -398,8 +435,8 @@ static int from_safetensors(fsdp_trainer *t, progress *p, fsdp_err *err) {
     double times[3] = {before_readers, waited, handing};
     fsdp_mpi_allreduce(times, 3, MPI_DOUBLE, MPI_MAX, t->world, "the load's time breakdown of every rank");
     fsdp_log("init-from: where the time went (each the largest over the ranks): %.2f s before the readers started "
-             "(the first staging array, pinned on a GPU host, and the read plan), %.2f s waiting for the readers, "
-             "%.2f s handing units to the device (conversion to the master dtype and the copy)\n",
+             "(the read plan and the first staging window, page-locked on a GPU host), %.2f s waiting for the "
+             "readers, %.2f s handing windows to the device (conversion to the master dtype and the copy)\n",
              times[0], times[1], times[2]);
     return 0;
 }

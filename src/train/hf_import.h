@@ -3,11 +3,11 @@
  * fsdp.c checkpoint (weights only: the optimizer starts fresh at step 0 and the data at sample 0).
  * The model is the one PATH describes (its config.json, or the config the checkpoint holds).
  *
- * Every rank reads only its own shard of every unit: the checkpoint pieces of its shard
- * (fsdp_trainer_unit_pieces) become positioned reads of the safetensors files, converted from BF16,
+ * Every rank reads only its own shard of every unit: the parameters' spans in its shard
+ * (fsdp_trainer_unit_spans) become positioned reads of the safetensors files, converted from BF16,
  * F16 or F32 to the master precision. A Hugging Face directory is read by a pipeline: reader threads
- * keep several large reads in flight and convert what they read into the next unit's staging array
- * while the unit before goes to the device. Host memory holds two units' shards and a few read
+ * keep several large reads in flight and convert what they read into staging windows of at most
+ * 128 MB while the window before goes to the device. Host memory holds three windows and a few read
  * buffers, never the model. Every defect of the files is found before any weight is read and
  * reported on every rank as one message (fsdp_agree). */
 #ifndef FSDP_TRAIN_HF_IMPORT_H

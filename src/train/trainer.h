@@ -102,18 +102,28 @@ int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err);
 int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err);
 /* Sets every parameter to its initial value (src/model/layout.h), on any layout. */
 void fsdp_trainer_init_weights(fsdp_trainer *t);
-/* The checkpoint pieces of this rank's shard of unit u: each parameter's elements that fall in the
- * shard, pointing into host arrays of the shard's length (m and v may be NULL). Returns how many
- * (at most the unit's parameter count). Readers of other weight files use them too. */
+/* The parameters' elements in this rank's shard of unit u, in shard order: per parameter that has
+ * any, which of its elements (start, count) and where they sit in the shard (offset, in elements).
+ * Returns how many (at most the unit's parameter count); the rest of the shard is alignment and
+ * padding. */
+typedef struct {
+    int tensor;
+    int64_t start, count, offset;
+} fsdp_shard_span;
+int fsdp_trainer_unit_spans(const fsdp_trainer *t, int u, fsdp_shard_span *out);
+/* The same as checkpoint pieces, pointing into host arrays of the shard's length (m and v may be
+ * NULL). */
 int fsdp_trainer_unit_pieces(const fsdp_trainer *t, int u, float *master, float *m, float *v, fsdp_ckpt_piece *out);
 /* Copies a host fp32 array of unit u's shard length into its master shard (rounded to the master
  * dtype); call fsdp_engine_refresh_working after the last unit. */
 void fsdp_trainer_unit_set_master(fsdp_trainer *t, int u, const float *master);
-/* The same through a caller's buffer of fsdp_trainer_master_staging_bytes(t, the shard's length)
- * (0: none needed, the fp32 array is copied as it is), for callers that set unit after unit: one
- * buffer, page-locked on a GPU host, instead of an allocation per unit. */
+/* Elements [start, start + count) of unit u's master shard from a host fp32 array of count
+ * elements, through a caller's buffer of fsdp_trainer_master_staging_bytes(t, count) (0: none
+ * needed, the fp32 array is copied as it is): for callers that set the shards piece by piece from
+ * one buffer, page-locked on a GPU host, instead of an allocation per piece. */
 size_t fsdp_trainer_master_staging_bytes(const fsdp_trainer *t, int64_t elems);
-void fsdp_trainer_unit_set_master_staged(fsdp_trainer *t, int u, const float *master, void *staged);
+void fsdp_trainer_unit_set_master_range(fsdp_trainer *t, int u, int64_t start, int64_t count, const float *master,
+                                        void *staged);
 /* Test hook (FSDP_TEST_FAIL=...:poison): makes this rank's first master weight NaN. */
 void fsdp_trainer_poison(fsdp_trainer *t);
 

@@ -1,7 +1,8 @@
 """Train -> export (fp32) -> --init-from: the imported run's first loss equals the loss of the run resumed
 from the same checkpoint at the same data, and the imported weights are bit-identical to the
 checkpoint's; for a tied Llama, an untied Llama and OPT, exported as one file and sharded, exported and
-imported on 1, 2 and 3 ranks.
+imported on 1, 2 and 3 ranks (on 2 and 3 ranks with the load's staging windows shrunk to a few hundred
+elements, FSDP_TEST_INIT_FROM_WINDOW, so that windows cut through tensors and gaps).
 
 The data is a token file of exactly one window of seq+1 tokens, so every sample of every step is that
 window: the imported run (which starts at sample 0) and the resumed run (which continues at the
@@ -64,11 +65,15 @@ for i, model in enumerate(("tiny-llama", UNTIED, "tiny-opt")):
             "%s: --max-shard-size 40KB gives %d files of at most 40000 bytes of data (or one larger tensor) and an "
             "index" % (label, len(files)))
 
-    for n, export, what in ((1, single, "one file"), (2, sharded, "sharded"), (3, single, "one file")):
+    for n, export, what, window in ((1, single, "one file", None), (2, sharded, "sharded", "1000"),
+                                    (3, single, "one file", "333")):
         tag = "%d-%s" % (n, os.path.basename(export))
         mi, mr = os.path.join(d, "import-%s.jsonl" % tag), os.path.join(d, "resume-%s.jsonl" % tag)
         ci = os.path.join(d, "ck-import-" + tag)
+        if window:
+            t.ENV["FSDP_TEST_INIT_FROM_WINDOW"] = window
         t.run(n, ["train", "--init-from", export, "--steps", "1", "--lr", "0", "--ckpt-dir", ci, "--metrics", mi] + base)
+        t.ENV.pop("FSDP_TEST_INIT_FROM_WINDOW", None)
         t.run(n, ["train", "--model", model, "--resume", ck3, "--steps", "4", "--metrics", mr] + base)
         li, lr = first_loss(mi), first_loss(mr)
         t.check(li is not None and li == lr, "%s, %s export, %d rank(s): first loss after import %r == loss resumed "
@@ -90,15 +95,17 @@ t.check(first_loss(mb) != first_loss(os.path.join(d, "resume-2-sharded.jsonl")),
 
 # A bf16 master holds the imported fp32 weights rounded to nearest even, on a layout with replicas.
 cb = os.path.join(d, "ck-bf16-master")
+t.ENV["FSDP_TEST_INIT_FROM_WINDOW"] = "777"
 t.run(4, ["train", "--init-from", os.path.join(d, "single"), "--strategy", "HYBRID", "--ranks-per-node", "2",
           "--model-precision", "bf16", "--steps", "1", "--lr", "0", "--ckpt-dir", cb, "--seq", str(SEQ), "--mbs", "1",
           "--data", os.path.join(d, "tokens.bin")])
+t.ENV.pop("FSDP_TEST_INIT_FROM_WINDOW")
 ref = weights(os.path.join(d, "ck", "step-00000003.h5"))
 got = weights(os.path.join(cb, "step-00000001.h5"))
 t.check(set(got) == set(ref) and all(np.array_equal((got[k].view(np.uint32) >> 16).astype(np.uint16),
                                                     st.bf16_nearest_even(ref[k]).reshape(ref[k].shape)) and
                                      not (got[k].view(np.uint32) & 0xFFFF).any() for k in ref),
-        "--model-precision bf16, HYBRID on 4 ranks: the master is the import rounded to nearest even")
+        "--model-precision bf16, HYBRID on 4 ranks, windows of 777 elements: the master is the import rounded to nearest even")
 
 # --model agreeing with --init-from is accepted; the same model is trained.
 m2 = os.path.join(d, "import-with-model.jsonl")
