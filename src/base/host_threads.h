@@ -3,7 +3,7 @@
  * OpenMP's default is one thread per CPU the process may run on. `mpirun --bind-to none` (and any
  * launcher that does not bind) gives every rank all of the machine's CPUs, so N ranks start N
  * threads per CPU; the CPU backend's kernels then run at half speed or worse (two ranks of the
- * tiny-llama preset on two cores: 4,532 against 9,907 tokens/s per rank with one thread each).
+ * tiny-llama preset on two cores: 4,834 tokens/s per rank with two threads each, 10,169 with one).
  * Unless the user chose (OMP_NUM_THREADS set), each rank whose CPU set is the whole machine takes
  * its share of the CPUs, at least one; a rank the launcher bound to fewer CPUs keeps OpenMP's
  * default of one thread per CPU of its set. */

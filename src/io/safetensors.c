@@ -455,13 +455,9 @@ int fsdp_st_read_raw(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t star
     return 0;
 }
 
-int fsdp_st_open_direct(fsdp_st_set *s) {
-    int opened = 0;
-    for (int i = 0; i < s->num_files; i++) {
+void fsdp_st_open_direct(fsdp_st_set *s) {
+    for (int i = 0; i < s->num_files; i++)
         if (s->files[i].direct_fd < 0) s->files[i].direct_fd = open(s->files[i].path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-        opened += s->files[i].direct_fd >= 0;
-    }
-    return opened;
 }
 
 size_t fsdp_st_aligned_cap(size_t bytes) { return bytes + 2 * FSDP_ST_DIRECT_ALIGN; }

@@ -158,11 +158,12 @@ static int from_checkpoint(fsdp_trainer *t, progress *p, fsdp_err *err) {
  *
  * Windows rather than whole units, because the staging arrays are page-locked on a GPU host and
  * locking costs time in proportion to the size: staging of a unit's length (Llama-3.2-1B's
- * embedding on one rank is 1 GB in fp32, 0.36 s to lock on an H200 host) kept the readers from
+ * embedding on one rank is 1 GB in fp32: 0.36 s with the read plan, before any read, on an H200 host) kept the readers from
  * starting and then waiting while the second array was locked; the one-rank load of that model was
- * at 42% of dd's cold read. A tied embedding's
- * chunk also reads the same elements of lm_head.weight and compares them with the values just
- * converted. */
+ * at 42% of dd's cold read.
+ *
+ * A tied embedding's chunk also reads the same elements of lm_head.weight and compares them with
+ * the values just converted. */
 enum {
     CHUNK_BYTES = 8 << 20,    /* one pread: large enough for the disk's full bandwidth per request */
     READERS = 6,              /* preads in flight while others convert: the queue depth a cold read needs */
@@ -298,6 +299,23 @@ static int by_offset(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Window w (starting at shard element w0) leaves [from, to) of the shard to no parameter. */
+static void add_gap(pipeline *pl, int64_t *cap, int w, int64_t w0, int64_t from, int64_t to) {
+    if (to <= from) return;
+    pl->gaps = grow(pl->gaps, pl->num_gaps, cap, sizeof *pl->gaps, "init-from gaps");
+    pl->gaps[pl->num_gaps++] = (gap){w, from - w0, to - from};
+}
+
+/* Shard elements [a, b) of span s, in window w (starting at w0), as chunks of at most CHUNK_BYTES. */
+static void add_chunks(pipeline *pl, int64_t *cap, const fsdp_shard_span *s, int w, int64_t w0, int64_t a, int64_t b) {
+    int64_t per = CHUNK_BYTES / (fsdp_st_dtype_bits(pl->w->by_param[s->tensor]->dtype) / 8);
+    for (int64_t at = a; at < b; at += per) {
+        pl->chunks = grow(pl->chunks, pl->num_chunks, cap, sizeof *pl->chunks, "init-from chunks");
+        pl->chunks[pl->num_chunks++] =
+            (chunk){s->tensor, w, s->start + (at - s->offset), b - at < per ? b - at : per, at - w0};
+    }
+}
+
 /* This rank's windows of every unit in unit order, their chunks and the gaps between them. */
 static void plan(fsdp_trainer *t, pipeline *pl, int64_t window_elems) {
     const fsdp_layout *l = &t->layout;
@@ -313,24 +331,14 @@ static void plan(fsdp_trainer *t, pipeline *pl, int64_t window_elems) {
             pl->windows = grow(pl->windows, num_windows, &window_cap, sizeof *pl->windows, "init-from windows");
             pl->windows[num_windows++] = (window){u, w0, w1 - w0};
             while (first < n && spans[first].offset + spans[first].count <= w0) first++;
-            for (int i = first; i <= n; i++) {
-                /* the next span's part in this window, or the window's end after the last one */
-                int64_t a = i < n && spans[i].offset < w1 ? (spans[i].offset > w0 ? spans[i].offset : w0) : w1;
-                int64_t b = a < w1 ? (spans[i].offset + spans[i].count < w1 ? spans[i].offset + spans[i].count : w1) : w1;
-                if (a > covered) {
-                    pl->gaps = grow(pl->gaps, pl->num_gaps, &gap_cap, sizeof *pl->gaps, "init-from gaps");
-                    pl->gaps[pl->num_gaps++] = (gap){w, covered - w0, a - covered};
-                }
-                if (a == w1) break;
-                int64_t per = CHUNK_BYTES / (fsdp_st_dtype_bits(pl->w->by_param[spans[i].tensor]->dtype) / 8);
-                for (int64_t at = a; at < b; at += per) {
-                    int64_t count = b - at < per ? b - at : per;
-                    pl->chunks = grow(pl->chunks, pl->num_chunks, &chunk_cap, sizeof *pl->chunks, "init-from chunks");
-                    pl->chunks[pl->num_chunks++] =
-                        (chunk){spans[i].tensor, w, spans[i].start + (at - spans[i].offset), count, at - w0};
-                }
+            for (int i = first; i < n && spans[i].offset < w1; i++) {
+                int64_t a = spans[i].offset > w0 ? spans[i].offset : w0;
+                int64_t b = spans[i].offset + spans[i].count < w1 ? spans[i].offset + spans[i].count : w1;
+                add_gap(pl, &gap_cap, w, w0, covered, a);
+                add_chunks(pl, &chunk_cap, &spans[i], w, w0, a, b);
                 covered = b;
             }
+            add_gap(pl, &gap_cap, w, w0, covered, w1);
         }
     }
     free(spans);

@@ -594,9 +594,9 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
 }
 
 int fsdp_trainer_setup(fsdp_trainer *t, fsdp_err *err) { return setup(t, err); }
+void fsdp_trainer_teardown(fsdp_trainer *t) { teardown(t); }
 
 const char *fsdp_trainer_per_what(const fsdp_trainer *t) { return t->be->kind == FSDP_DEVICE_CUDA ? "GPU" : "rank"; }
-void fsdp_trainer_teardown(fsdp_trainer *t) { teardown(t); }
 
 int fsdp_train(const fsdp_train_options *opt, fsdp_err *err) {
     fsdp_trainer t;
