@@ -143,6 +143,10 @@ typedef struct fsdp_backend_collectives {
      * with the same size, and sends from and receives into the same offsets of it. Freed by the
      * runtime's free (also collective then), before c is destroyed. */
     void *(*alloc_shared)(fsdp_backend *be, fsdp_comm *c, size_t bytes, const char *what);
+    /* Counts are elements. A blockwise dtype (src/base/dtype.h: int8, fp8) can be all-gathered and
+     * exchanged all-to-all, never summed: there `count` elements are one piece of
+     * fsdp_device_piece_bytes(kind, t, count) bytes (codes and their scales) and every "count"
+     * offset below is a piece offset. reduce_scatter and all_reduce take plain dtypes only. */
     /* recv[r*count .. (r+1)*count) = send of rank r. In place when send == recv + rank*count. */
     void (*all_gather)(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                        fsdp_dtype t, fsdp_stream *s);
@@ -166,6 +170,22 @@ typedef struct fsdp_backend_ops {
     /* dst += src (elementwise, in dst's dtype after converting src) */
     void (*accumulate)(fsdp_backend *be, void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t,
                        size_t n, fsdp_stream *s);
+    /* Blockwise quantization for the wire (src/base/dtype.h says the layout and the rule). dst gets
+     * `pieces` pieces of `count` elements of dst_t: piece p at dst + p * piece_bytes, where
+     * piece_bytes = fsdp_device_piece_bytes(kind, dst_t, count), holds elements
+     * [p * count, (p + 1) * count) of src (src_t plain); source elements at or past `valid` read as
+     * zero (a ragged end). A plain dst_t makes it a cast into pieces of count elements. */
+    void (*quantize)(fsdp_backend *be, void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t count,
+                     int pieces, size_t valid, fsdp_stream *s);
+    /* The inverse: dst[p * count + i] (dst_t plain) = element i of piece p of src (src_t, blockwise
+     * or plain, laid out as quantize writes it), for p < pieces, i < count. */
+    void (*dequantize)(fsdp_backend *be, void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t count,
+                       int pieces, fsdp_stream *s);
+    /* dst[i] = (accumulate ? dst[i] : 0) + sum over p = 0, 1, .. pieces - 1 of element i of piece p
+     * of src (laid out as quantize writes it), for i < count: the sum in fp32 in that order, rounded
+     * once to dst_t (plain). The local half of a reduce-scatter done as an all-to-all. */
+    void (*sum_pieces)(fsdp_backend *be, void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t count,
+                       int pieces, int accumulate, fsdp_stream *s);
     /* *out += sum(x^2) in fp32, deterministic order. */
     void (*sum_squares)(fsdp_backend *be, float *out, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s);
     /* *out += sum(x), fp32, deterministic order. */

@@ -23,7 +23,8 @@
 /* ---- deferred work ---- */
 
 typedef enum { TASK_NOP, TASK_REQUEST, TASK_CAST, TASK_ACCUMULATE, TASK_ZERO, TASK_COPY, TASK_MOVE, TASK_ROUND,
-               TASK_SUM_SQUARES, TASK_SUM, TASK_CLIP_SCALE, TASK_ADAMW } task_kind;
+               TASK_SUM_SQUARES, TASK_SUM, TASK_CLIP_SCALE, TASK_ADAMW, TASK_QUANTIZE, TASK_DEQUANTIZE,
+               TASK_SUM_PIECES } task_kind;
 
 typedef struct task {
     task_kind kind;
@@ -33,6 +34,8 @@ typedef struct task {
     float *out;
     fsdp_dtype dst_t, src_t;
     size_t n;
+    int pieces, accumulate; /* quantize, dequantize, sum_pieces: n is the piece's element count */
+    size_t valid;
     float max_norm;
     fsdp_adamw_args adamw;
     const float *scale;
@@ -106,6 +109,11 @@ static void run_task(task *t, const fsdp_stream *s) {
     case TASK_ADAMW:
         cpu_adamw(t->dst, t->src, t->m, t->v, t->n, &t->adamw, *t->scale, t->working, t->dst_t == FSDP_BF16,
                   t->working && t->src_t == FSDP_BF16);
+        break;
+    case TASK_QUANTIZE: cpu_quantize_pieces(t->dst, t->dst_t, t->src, t->n, t->pieces, t->valid); break;
+    case TASK_DEQUANTIZE: cpu_dequantize_pieces(t->dst, t->dst_t, t->src, t->src_t, t->n, t->pieces); break;
+    case TASK_SUM_PIECES:
+        cpu_sum_pieces(t->dst, t->dst_t, t->src, t->src_t, t->n, t->pieces, t->accumulate);
         break;
     }
 }
@@ -314,6 +322,29 @@ static int mpi_count(size_t count) {
     return (int)count;
 }
 
+/* What one rank's `count` elements of t are on the wire: plain values travel as floats (the CPU
+ * keeps bf16 in fp32 storage, so bf16 sums are fp32 sums rounded afterwards), a piece of a blockwise
+ * dtype as its bytes. `bytes` is the stride between ranks' parts of a buffer. */
+typedef struct {
+    MPI_Datatype type;
+    int count;
+    size_t bytes;
+} wire;
+
+static wire wire_of(fsdp_dtype t, size_t count) {
+    const size_t bytes = fsdp_device_piece_bytes(FSDP_DEVICE_CPU, t, count);
+    if (fsdp_dtype_blockwise(t)) return (wire){MPI_BYTE, mpi_count(bytes), bytes};
+    FSDP_ASSERT(fsdp_device_dtype_size(FSDP_DEVICE_CPU, t) == sizeof(float));
+    return (wire){MPI_FLOAT, mpi_count(count), bytes};
+}
+
+/* Blockwise dtypes carry codes and scales, which MPI cannot add. */
+static void require_summable(fsdp_dtype t, const char *call) {
+    if (fsdp_dtype_blockwise(t))
+        fsdp_fatal("internal error: %s of %s, a blockwise dtype (only all_gather and all_to_all move those)", call,
+                   fsdp_dtype_name(t));
+}
+
 static void start_request(fsdp_stream *s, MPI_Request req) {
     task *t = new_task(TASK_REQUEST);
     t->request = req;
@@ -328,34 +359,35 @@ static void round_task(fsdp_stream *s, void *dst, size_t n) {
 
 static void cpu_all_gather(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                            fsdp_dtype t, fsdp_stream *s) {
-    (void)be, (void)t;
+    (void)be;
     drain(s);
-    const void *sb = (const float *)recv + (size_t)c->rank * count == send ? MPI_IN_PLACE : send;
+    const wire w = wire_of(t, count);
+    const void *sb = (const char *)recv + (size_t)c->rank * w.bytes == send ? MPI_IN_PLACE : send;
     MPI_Request req;
-    int n = mpi_count(count);
-    FSDP_CHECK_MPI(MPI_Iallgather(sb, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->comm, &req));
+    FSDP_CHECK_MPI(MPI_Iallgather(sb, w.count, w.type, recv, w.count, w.type, c->comm, &req));
     start_request(s, req);
 }
 
 static void cpu_reduce_scatter(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                                fsdp_dtype t, fsdp_stream *s) {
     (void)be;
+    require_summable(t, "reduce_scatter");
     drain(s);
-    int n = mpi_count(count);
+    const wire w = wire_of(t, count);
     MPI_Request req;
-    int in_place = (const float *)send + (size_t)c->rank * count == recv;
+    int in_place = (const char *)send + (size_t)c->rank * w.bytes == recv;
     if (in_place) {
         /* MPI's in-place reduce-scatter leaves the result at the start of the buffer; move it to
          * this rank's slice afterwards (the rest of send is dead after a reduce-scatter). */
-        FSDP_CHECK_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, n, MPI_FLOAT, MPI_SUM, c->comm, &req));
+        FSDP_CHECK_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, w.count, w.type, MPI_SUM, c->comm, &req));
         start_request(s, req);
         if (c->rank != 0) {
             task *mv = new_task(TASK_MOVE);
-            mv->dst = recv, mv->src = send, mv->n = count * sizeof(float);
+            mv->dst = recv, mv->src = send, mv->n = w.bytes;
             push(s, mv);
         }
     } else {
-        FSDP_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, c->comm, &req));
+        FSDP_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, w.count, w.type, MPI_SUM, c->comm, &req));
         start_request(s, req);
     }
     if (t == FSDP_BF16) round_task(s, recv, count);
@@ -363,19 +395,21 @@ static void cpu_reduce_scatter(fsdp_backend *be, fsdp_comm *c, const void *send,
 
 static void cpu_all_to_all(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                            fsdp_dtype t, fsdp_stream *s) {
-    (void)be, (void)t;
+    (void)be;
     drain(s);
-    int n = mpi_count(count);
+    const wire w = wire_of(t, count);
     MPI_Request req;
-    FSDP_CHECK_MPI(MPI_Ialltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->comm, &req));
+    FSDP_CHECK_MPI(MPI_Ialltoall(send, w.count, w.type, recv, w.count, w.type, c->comm, &req));
     start_request(s, req);
 }
 
 static void cpu_all_reduce(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t, fsdp_stream *s) {
     (void)be;
+    require_summable(t, "all_reduce");
     drain(s);
+    const wire w = wire_of(t, count);
     MPI_Request req;
-    FSDP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count), MPI_FLOAT, MPI_SUM, c->comm, &req));
+    FSDP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, w.count, w.type, MPI_SUM, c->comm, &req));
     start_request(s, req);
     if (t == FSDP_BF16) round_task(s, buf, count);
 }
@@ -426,6 +460,43 @@ static void cpu_adamw_op(fsdp_backend *be, void *param, const void *grad, void *
     task *t = new_task(TASK_ADAMW);
     t->dst = param, t->src = grad, t->m = m, t->v = v, t->n = n, t->adamw = *a, t->scale = grad_scale;
     t->working = working, t->dst_t = master_t, t->src_t = working_t;
+    submit(s, t);
+}
+
+/* Quantization ops: the plain side of each is fp32 storage (bf16 emulated), the other pieces of
+ * codes and scales (src/kernels/cpu/quantize.c). Queued like the other utilities, so that a
+ * dequantize of a gather's result waits for the gather. */
+static void require_plain(fsdp_dtype t, const char *op, const char *side) {
+    if (fsdp_dtype_blockwise(t))
+        fsdp_fatal("internal error: %s with a blockwise %s (%s); that side must be fp32 or bf16", op, side,
+                   fsdp_dtype_name(t));
+}
+
+static void cpu_quantize_op(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t count,
+                            int pieces, size_t valid, fsdp_stream *s) {
+    (void)be;
+    require_plain(st, "quantize", "source");
+    task *t = new_task(TASK_QUANTIZE);
+    t->dst = dst, t->src = src, t->dst_t = dt, t->src_t = st, t->n = count, t->pieces = pieces, t->valid = valid;
+    submit(s, t);
+}
+
+static void cpu_dequantize_op(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st,
+                              size_t count, int pieces, fsdp_stream *s) {
+    (void)be;
+    require_plain(dt, "dequantize", "destination");
+    task *t = new_task(TASK_DEQUANTIZE);
+    t->dst = dst, t->src = src, t->dst_t = dt, t->src_t = st, t->n = count, t->pieces = pieces;
+    submit(s, t);
+}
+
+static void cpu_sum_pieces_op(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st,
+                              size_t count, int pieces, int accumulate, fsdp_stream *s) {
+    (void)be;
+    require_plain(dt, "sum_pieces", "destination");
+    task *t = new_task(TASK_SUM_PIECES);
+    t->dst = dst, t->src = src, t->dst_t = dt, t->src_t = st, t->n = count, t->pieces = pieces;
+    t->accumulate = accumulate;
     submit(s, t);
 }
 
@@ -667,6 +738,9 @@ static const fsdp_backend_collectives cpu_collectives = {
 static const fsdp_backend_ops cpu_ops = {
     .cast = cpu_cast,
     .accumulate = cpu_accumulate,
+    .quantize = cpu_quantize_op,
+    .dequantize = cpu_dequantize_op,
+    .sum_pieces = cpu_sum_pieces_op,
     .sum_squares = cpu_sum_squares_op,
     .sum = cpu_sum_op,
     .clip_scale = cpu_clip_scale,

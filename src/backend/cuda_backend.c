@@ -331,7 +331,25 @@ static void cuda_comm_destroy(fsdp_backend *be, fsdp_comm *c) {
     free(c);
 }
 
-static ncclDataType_t nccl_type(fsdp_dtype t) { return t == FSDP_BF16 ? ncclBfloat16 : ncclFloat32; }
+/* What `count` elements of t are on the wire: plain values as NCCL's type of the same name, a piece
+ * of a blockwise dtype (codes and scales) as its bytes, which NCCL moves but never adds. */
+static const ncclDataType_t NCCL_PLAIN_TYPES[FSDP_DTYPE_COUNT] = {[FSDP_F32] = ncclFloat32, [FSDP_BF16] = ncclBfloat16};
+
+typedef struct {
+    ncclDataType_t type;
+    size_t count;
+} nccl_wire;
+
+static nccl_wire wire_of(fsdp_dtype t, size_t count) {
+    if (fsdp_dtype_blockwise(t)) return (nccl_wire){ncclUint8, fsdp_device_piece_bytes(FSDP_DEVICE_CUDA, t, count)};
+    return (nccl_wire){NCCL_PLAIN_TYPES[t], count};
+}
+
+static void require_summable(fsdp_dtype t, const char *call) {
+    if (fsdp_dtype_blockwise(t))
+        fsdp_fatal("internal error: %s of %s, a blockwise dtype (only all_gather and all_to_all move those)", call,
+                   fsdp_dtype_name(t));
+}
 
 /* NCCL allocates most of a communicator's buffers at its first collectives, and a cudaMalloc it
  * cannot make comes back as ncclUnhandledCudaError. With under NCCL_OOM_FREE_BYTES free on the
@@ -351,23 +369,33 @@ static void check_collective(fsdp_backend *be, ncclResult_t rc, const char *call
     fsdp_fatal("%s on the %s communicator failed at %s:%d: %s", call, c->name, __FILE__, line, ncclGetErrorString(rc));
 }
 
+/* NCCL takes an all-gather as in place when send == recv + rank * (its count in its type), which the
+ * wire's count makes the piece offset the interface promises. */
 static void cuda_all_gather(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype t,
                             fsdp_stream *s) {
-    check_collective(be, ncclAllGather(send, recv, count, nccl_type(t), c->comm, s->stream), "ncclAllGather", c, __LINE__);
+    const nccl_wire w = wire_of(t, count);
+    check_collective(be, ncclAllGather(send, recv, w.count, w.type, c->comm, s->stream), "ncclAllGather", c, __LINE__);
 }
 
 static void cuda_reduce_scatter(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                                 fsdp_dtype t, fsdp_stream *s) {
-    check_collective(be, ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, c->comm, s->stream), "ncclReduceScatter", c, __LINE__);
+    require_summable(t, "reduce_scatter");
+    const nccl_wire w = wire_of(t, count);
+    check_collective(be, ncclReduceScatter(send, recv, w.count, w.type, ncclSum, c->comm, s->stream),
+                     "ncclReduceScatter", c, __LINE__);
 }
 
 static void cuda_all_reduce(fsdp_backend *be, fsdp_comm *c, void *buf, size_t count, fsdp_dtype t, fsdp_stream *s) {
-    check_collective(be, ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, c->comm, s->stream), "ncclAllReduce", c, __LINE__);
+    require_summable(t, "all_reduce");
+    const nccl_wire w = wire_of(t, count);
+    check_collective(be, ncclAllReduce(buf, buf, w.count, w.type, ncclSum, c->comm, s->stream), "ncclAllReduce", c,
+                     __LINE__);
 }
 
 static void cuda_all_to_all(fsdp_backend *be, fsdp_comm *c, const void *send, void *recv, size_t count,
                             fsdp_dtype t, fsdp_stream *s) {
-    check_collective(be, ncclAlltoAll(send, recv, count, nccl_type(t), c->comm, s->stream), "ncclAlltoAll", c, __LINE__);
+    const nccl_wire w = wire_of(t, count);
+    check_collective(be, ncclAlltoAll(send, recv, w.count, w.type, c->comm, s->stream), "ncclAlltoAll", c, __LINE__);
 }
 
 /* ---- lifetime ---- */

@@ -18,6 +18,26 @@ static void cuda_accumulate(fsdp_backend *be, void *dst, fsdp_dtype dt, const vo
     fsdp_cuda_accumulate(dst, dt, src, st, n, s->stream);
 }
 
+/* Quantization for the wire (quantize.cu): on the stream given, like cast, so that a dequantize
+ * behind a gather on the communication stream needs no event. */
+static void cuda_quantize(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t count,
+                          int pieces, size_t valid, fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_quantize(dst, dt, src, st, count, pieces, valid, s->stream);
+}
+
+static void cuda_dequantize(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t count,
+                            int pieces, fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_dequantize(dst, dt, src, st, count, pieces, s->stream);
+}
+
+static void cuda_sum_pieces(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t count,
+                            int pieces, int accumulate, fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_sum_pieces(dst, dt, src, st, count, pieces, accumulate, s->stream);
+}
+
 static void cuda_add_rows(fsdp_backend *be, float *dst, int64_t window_start, int64_t window_len,
                           const fsdp_row_set *sets, int nsets, const void *values, int N, int C, fsdp_stream *s) {
     fsdp_cuda_add_rows(dst, window_start, window_len, sets, nsets, values, N, C, be->act_dtype, s->stream);
@@ -184,6 +204,9 @@ static void cuda_layernorm_dropout_backward(fsdp_backend *be, void *dinp, void *
 const fsdp_backend_ops fsdp_cuda_ops = {
     .cast = cuda_cast,
     .accumulate = cuda_accumulate,
+    .quantize = cuda_quantize,
+    .dequantize = cuda_dequantize,
+    .sum_pieces = cuda_sum_pieces,
     .sum_squares = cuda_sum_squares,
     .sum = cuda_sum,
     .clip_scale = cuda_clip_scale,

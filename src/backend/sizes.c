@@ -15,7 +15,12 @@ int fsdp_device_kind_parse(const char *name, fsdp_device_kind *out) {
 const char *fsdp_device_kind_name(fsdp_device_kind k) { return k == FSDP_DEVICE_CUDA ? "cuda" : "cpu"; }
 
 size_t fsdp_device_dtype_size(fsdp_device_kind k, fsdp_dtype t) {
-    return k == FSDP_DEVICE_CUDA && t == FSDP_BF16 ? 2 : 4;
+    if (k == FSDP_DEVICE_CPU && t == FSDP_BF16) return 4; /* emulated in fp32 storage */
+    return fsdp_dtype_info_of(t)->bytes;
+}
+
+size_t fsdp_device_piece_bytes(fsdp_device_kind k, fsdp_dtype t, size_t count) {
+    return fsdp_dtype_blockwise(t) ? fsdp_dtype_piece_bytes(t, count) : count * fsdp_device_dtype_size(k, t);
 }
 
 size_t fsdp_device_alloc_size(fsdp_device_kind k, size_t bytes) {

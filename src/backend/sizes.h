@@ -22,8 +22,12 @@ typedef enum { FSDP_DEVICE_CPU = 0, FSDP_DEVICE_CUDA = 1 } fsdp_device_kind;
 int fsdp_device_kind_parse(const char *name, fsdp_device_kind *out);
 const char *fsdp_device_kind_name(fsdp_device_kind k);
 
-/* Bytes per element: the CPU stores bf16 as fp32 (emulated), the GPU as 2 bytes. */
+/* Bytes per element: the CPU stores bf16 as fp32 (emulated), the GPU as 2 bytes; blockwise dtypes
+ * codes take one byte on both. */
 size_t fsdp_device_dtype_size(fsdp_device_kind k, fsdp_dtype t);
+/* Bytes of `count` elements as one piece of a collective or a quantized copy: count elements of a
+ * plain dtype, or codes and scales of a blockwise one (fsdp_dtype_piece_bytes). */
+size_t fsdp_device_piece_bytes(fsdp_device_kind k, fsdp_dtype t, size_t count);
 /* What one alloc of `bytes` adds to reserved_bytes: the CPU counts what was asked for, the GPU
  * the cudaMalloc size (a multiple of 256 bytes, at least 256). */
 size_t fsdp_device_alloc_size(fsdp_device_kind k, size_t bytes);

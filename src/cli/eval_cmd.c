@@ -118,6 +118,7 @@ int fsdp_cmd_eval(int argc, char **argv) {
     o.master_dtype = strcmp(model_precision, "bf16") ? FSDP_F32 : FSDP_BF16;
     o.compute_dtype = (o.master_dtype == FSDP_BF16 || !strcmp(mixed_precision, "bf16")) ? FSDP_BF16 : FSDP_F32;
     o.reduce_dtype = o.master_dtype;
+    o.gather_dtype = o.compute_dtype; /* the exact weights: what a score means */
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
     o.embed_grads = FSDP_EMBED_GRADS_DENSE;
     o.synthetic_vocab = 1;

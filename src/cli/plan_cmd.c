@@ -14,9 +14,6 @@
 #include "../train/trainer.h"
 #include "commands.h"
 
-static const char *const PRECISIONS[] = {"fp32", "bf16", NULL};
-static const char *const MIXED[] = {"no", "bf16", NULL};
-static const char *const REDUCE[] = {"auto", "fp32", "bf16", NULL};
 static const char *const ATTN[] = {"eager", "flash", NULL};
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const RECOMPUTE[] = {"none", "selective", "full", NULL};
@@ -104,16 +101,17 @@ static void print_text(const plan_report *r) {
     double params = (double)fsdp_model_num_params(r->cfg);
     printf("fsdp plan: %s (%s), %.2f%s parameters\n", r->cfg->name, model, params >= 1e9 ? params / 1e9 : params / 1e6,
            params >= 1e9 ? "B" : "M");
-    printf("%d %s%s on %d node%s (%s) | %s: shard group %d, replica group %d | %s master, %s compute, %s reduce | "
+    printf("%d %s%s on %d node%s (%s) | %s: shard group %d, replica group %d | %s master, %s compute, %s reduce, %s gather, %s accumulation | "
            "%s attention | embedding gradient %s | recompute %s | dropout %s\n",
            r->place.world, unit, r->place.world > 1 ? "s" : "", r->nodes, r->nodes > 1 ? "s" : "",
            r->gpu_name && *r->gpu_name ? r->gpu_name : fsdp_device_kind_name(r->place.device),
            fsdp_strategy_name(o->strategy), e->shard_size, e->replica_size, fsdp_dtype_name(o->master_dtype),
-           fsdp_dtype_name(o->compute_dtype), fsdp_dtype_name(o->reduce_dtype),
-           o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", p->embed_rows ? "rows" : "dense",
+           fsdp_dtype_name(o->compute_dtype), fsdp_dtype_name(o->reduce_dtype), fsdp_dtype_name(o->gather_dtype),
+           fsdp_plan_accumulate_local(o, r->place.world) ? "local" : "sharded", o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", p->embed_rows ? "rows" : "dense",
            fsdp_recompute_name(o->recompute), dropout);
     printf("micro-batch %d x sequence %d", o->mbs, o->seq);
     if (o->global_batch) printf(" x %d accumulation = global batch %d", o->grad_accum, o->global_batch);
+    else if (o->grad_accum > 1) printf(" x %d accumulation", o->grad_accum);
     char b[32], n[32];
     if (o->mbs_auto)
         printf(" (--mbs auto: the largest that fits in %s per %s; %d would need %s)", fsdp_bytes_text((double)r->budget, b),
@@ -136,7 +134,11 @@ static void print_text(const plan_report *r) {
     snprintf(what, sizeof what, "unit gradient buffers (%d slots in %d rings)", e->grad_slots, e->grad_rings);
     row(what, e->grad_buffers, e->grad_rings ? NULL : "the backward writes into the gradient shards");
     if (e->grad_rows) row("gradient rows of every rank (embedding)", e->grad_rows, NULL);
-    if (e->staging) row("copy-engine reduction staging", e->staging, NULL);
+    if (e->staging) row("reduction pieces (all-to-all: sent, received, summed)", e->staging, NULL);
+    if (e->quantized) {
+        snprintf(what, sizeof what, "quantized shards and gathers (%s)", fsdp_dtype_name(o->gather_dtype));
+        row(what, e->quantized, "instead of the working copy");
+    }
     row("activations (one micro-batch, the model's arena)", p->activations, NULL);
     print_activation_parts(r);
     snprintf(note, sizeof note, "cuBLASLt %.2f, GEMM tuning %.2f, op scratch %.2f",
@@ -190,6 +192,9 @@ static json_t *plan_json(const plan_report *r) {
     json_object_set_new(v, "dropout", fsdp_json_number(shape.dropout.hidden));
     json_object_set_new(v, "attention_dropout", fsdp_json_number(shape.dropout.attention));
     json_object_set_new(v, "recompute", json_string(fsdp_recompute_name(o->recompute)));
+    json_object_set_new(v, "gather_dtype", json_string(fsdp_dtype_name(o->gather_dtype)));
+    json_object_set_new(v, "accumulate", json_string(fsdp_plan_accumulate_local(o, r->place.world) ? "local" : "sharded"));
+    json_object_set_new(v, "quantized", json_integer((json_int_t)e->quantized));
     const fsdp_activation_parts *ap = &p->activation_parts;
     json_t *parts = json_pack("{s:I, s:I, s:I}", "kept_by_layers", (json_int_t)ap->layers, "recomputed_layer",
                               (json_int_t)ap->recompute, "other", (json_int_t)ap->other);
@@ -205,9 +210,10 @@ static json_t *plan_json(const plan_report *r) {
 int fsdp_cmd_plan(int argc, char **argv) {
     fsdp_err err = {0};
     const char *model = NULL, *strategy = "FULL", *mbs_text = "4", *device = "cuda";
-    const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash";
+    fsdp_cli_precision_flags prec = FSDP_CLI_PRECISION_DEFAULTS;
+    const char *attn = "flash";
     const char *embed_grads = "auto", *recompute = "none", *dropout = NULL;
-    int gpus = 1, nodes = 1, seq = 1024, max_live = 2, head_chunk = 0, global_batch = 0, json = 0;
+    int gpus = 1, nodes = 1, seq = 1024, max_live = 2, head_chunk = 0, global_batch = 0, grad_accum = 1, json = 0;
     double gpu_mem = 0.0;
     fsdp_arg args[] = {
         {"model", FSDP_ARG_STRING, &model, "NAME|PATH",
@@ -224,12 +230,19 @@ int fsdp_cmd_plan(int argc, char **argv) {
         {"global-batch", FSDP_ARG_INT, &global_batch, "G",
          "Samples per optimizer step over all GPUs (as fsdp train): the micro-batch must divide G / GPUs.", 0, 1 << 30,
          NULL, 0},
-        {"model-precision", FSDP_ARG_CHOICE, &model_precision, "P",
-         "Master weights, gradients and Adam states.", 1, 0, PRECISIONS, 0},
-        {"mixed-precision", FSDP_ARG_CHOICE, &mixed_precision, "P", "Activations and gathered weights.", 1, 0, MIXED,
-         0},
-        {"reduce-dtype", FSDP_ARG_CHOICE, &reduce_dtype, "P", "Gradient buffers; auto = the model precision.", 1, 0,
-         REDUCE, 0},
+        {"grad-accum", FSDP_ARG_INT, &grad_accum, "N",
+         "Micro-batches per optimizer step (as fsdp train; with --accumulate local they keep gradient buffers).", 1,
+         1 << 20, NULL, 0},
+        {"model-precision", FSDP_ARG_CHOICE, &prec.model_precision, "P",
+         "Master weights, gradients and Adam states.", 1, 0, FSDP_CLI_PRECISIONS, 0},
+        {"mixed-precision", FSDP_ARG_CHOICE, &prec.mixed_precision, "P", "Activations and gathered weights.", 1, 0,
+         FSDP_CLI_MIXED, 0},
+        {"reduce-dtype", FSDP_ARG_CHOICE, &prec.reduce_dtype, "P",
+         "As fsdp train: what gradient reductions send (and so the gradient buffers' precision).", 1, 0,
+         FSDP_CLI_REDUCE, 0},
+        {"gather-dtype", FSDP_ARG_CHOICE, &prec.gather_dtype, "P",
+         "As fsdp train: what parameter gathers send (int8 and fp8 keep quantized shards).", 1, 0, FSDP_CLI_GATHER, 0},
+        {"accumulate", FSDP_ARG_CHOICE, &prec.accumulate, "A", "As fsdp train.", 1, 0, FSDP_CLI_ACCUMULATE, 0},
         {"attn", FSDP_ARG_CHOICE, &attn, "A", "eager keeps the seq x seq probabilities; flash does not.", 1, 0, ATTN, 0},
         {"recompute", FSDP_ARG_CHOICE, &recompute, "R",
          "As fsdp train: what a layer keeps for its backward (none: everything; selective: the matrix products' "
@@ -268,19 +281,16 @@ int fsdp_cmd_plan(int argc, char **argv) {
     else if (fsdp_cli_parse_mbs("plan", mbs_text, &o.mbs, &o.mbs_auto, &err) == 0)
         fsdp_cli_parse_dropout("plan", dropout, &o.dropout_set, &o.dropout_rate, &err);
     if (err.failed) fsdp_exit_error(&err, 0);
-    o.seq = seq, o.grad_accum = 1, o.global_batch = global_batch, o.max_live = max_live, o.head_chunk = head_chunk;
-    o.master_dtype = strcmp(model_precision, "bf16") ? FSDP_F32 : FSDP_BF16;
-    o.compute_dtype = (o.master_dtype == FSDP_BF16 || !strcmp(mixed_precision, "bf16")) ? FSDP_BF16 : FSDP_F32;
-    o.reduce_dtype = !strcmp(reduce_dtype, "auto") ? o.master_dtype : !strcmp(reduce_dtype, "bf16") ? FSDP_BF16 : FSDP_F32;
+    if (global_batch && fsdp_args_find(&spec, "grad-accum")->seen)
+        fsdp_usagef(&err, "plan: give --global-batch or --grad-accum, not both");
+    if (err.failed || fsdp_cli_precision("plan", &prec, &o, &err)) fsdp_exit_error(&err, 0);
+    o.seq = seq, o.grad_accum = grad_accum, o.global_batch = global_batch, o.max_live = max_live, o.head_chunk = head_chunk;
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
     fsdp_recompute_parse(recompute, &o.recompute); /* one of the choices: the parser checked */
     o.embed_grads = !strcmp(embed_grads, "rows")    ? FSDP_EMBED_GRADS_ROWS
                     : !strcmp(embed_grads, "dense") ? FSDP_EMBED_GRADS_DENSE
                                                     : FSDP_EMBED_GRADS_AUTO;
-    if (o.embed_grads == FSDP_EMBED_GRADS_ROWS && o.master_dtype != FSDP_F32) {
-        fsdp_usagef(&err, "plan: --embedding-grads rows needs --model-precision fp32 (fp32 gradient shards)");
-        fsdp_exit_error(&err, 0);
-    }
+    if (fsdp_plan_check_embed_rows("plan", &o, gpus, &err)) fsdp_exit_error(&err, 0);
 
     fsdp_model_config cfg;
     fsdp_dropout_rates rates;

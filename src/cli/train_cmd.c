@@ -9,9 +9,6 @@
 #include "../train/trainer.h"
 #include "commands.h"
 
-static const char *const PRECISIONS[] = {"fp32", "bf16", NULL};
-static const char *const MIXED[] = {"no", "bf16", NULL};
-static const char *const REDUCE[] = {"auto", "fp32", "bf16", NULL};
 static const char *const ATTN[] = {"eager", "flash", NULL};
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
@@ -56,7 +53,8 @@ static const char EPILOGUE[] =
 int fsdp_cmd_train(int argc, char **argv) {
     fsdp_err err = {0};
     const char *model = "tiny-llama", *strategy = "FULL", *device = "auto";
-    const char *model_precision = "fp32", *mixed_precision = "bf16", *reduce_dtype = "auto", *attn = "flash", *embed_grads = "auto";
+    fsdp_cli_precision_flags prec = FSDP_CLI_PRECISION_DEFAULTS;
+    const char *attn = "flash", *embed_grads = "auto";
     const char *gather_engine = "sm", *reduce_engine = "sm", *packing = "auto", *eval_data = NULL, *recompute = "none";
     int eval_every = 0, unigram_baseline = 0;
     double epochs = 0.0;
@@ -119,12 +117,25 @@ int fsdp_cmd_train(int argc, char **argv) {
         {"adam-eps", FSDP_ARG_FLOAT, &adam_eps, "X", "AdamW epsilon.", 0, 1, NULL, 0},
         {"clip", FSDP_ARG_FLOAT, &clip, "X", "Clip the global gradient norm to X (0 = no clipping).", 0, 1e9, NULL,
          0},
-        {"model-precision", FSDP_ARG_CHOICE, &model_precision, "P",
-         "Precision of the stored model: master weights, gradients and Adam states.", 1, 0, PRECISIONS, 0},
-        {"mixed-precision", FSDP_ARG_CHOICE, &mixed_precision, "P",
-         "Compute precision of activations and gathered weights (bf16 = mixed precision).", 1, 0, MIXED, 0},
-        {"reduce-dtype", FSDP_ARG_CHOICE, &reduce_dtype, "P",
-         "Gradient buffers and reduce-scatter; auto = the model precision.", 1, 0, REDUCE, 0},
+        {"model-precision", FSDP_ARG_CHOICE, &prec.model_precision, "P",
+         "Precision of the stored model: master weights, gradients and Adam states.", 1, 0, FSDP_CLI_PRECISIONS, 0},
+        {"mixed-precision", FSDP_ARG_CHOICE, &prec.mixed_precision, "P",
+         "Compute precision of activations and gathered weights (bf16 = mixed precision).", 1, 0, FSDP_CLI_MIXED, 0},
+        {"reduce-dtype", FSDP_ARG_CHOICE, &prec.reduce_dtype, "P",
+         "What gradient reductions send: fp32 (summed by NCCL), bf16 (2x fewer bytes) or int8 (blockwise scales, about "
+         "4x fewer); bf16 and int8 are summed in fp32 by the rank that keeps the shard. The backward accumulates in "
+         "fp32 for fp32, bf16 for bf16, the compute precision for int8. auto = the model precision.", 1, 0,
+         FSDP_CLI_REDUCE, 0},
+        {"gather-dtype", FSDP_ARG_CHOICE, &prec.gather_dtype, "P",
+         "What parameter all-gathers send: the compute precision (auto), or int8 or fp8 (e4m3), each with a scale per "
+         "256 weights, quantized once per step from the exact master weights and dequantized into the compute "
+         "precision on arrival (2x fewer bytes than bf16). Master weights and optimizer states stay exact.", 1, 0,
+         FSDP_CLI_GATHER, 0},
+        {"accumulate", FSDP_ARG_CHOICE, &prec.accumulate, "A",
+         "With several micro-batches per step: local sums every micro-batch's gradients on the rank and reduces them "
+         "once per step (SHARD_GRAD_OP also gathers once per step; FULL keeps a full gradient buffer per unit); "
+         "sharded reduces after every micro-batch into the shards; auto = local except with FULL.", 1, 0,
+         FSDP_CLI_ACCUMULATE, 0},
         {"attn", FSDP_ARG_CHOICE, &attn, "A",
          "Attention: eager materialises the seq x seq probabilities (the course's baseline); flash does not.", 1, 0,
          ATTN, 0},
@@ -278,19 +289,14 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.lr = lr, o.min_lr = min_lr, o.weight_decay = weight_decay, o.beta1 = beta1, o.beta2 = beta2;
     o.adam_eps = adam_eps, o.clip = clip, o.warmup = warmup;
     o.seed = (uint64_t)seed;
-    o.master_dtype = strcmp(model_precision, "bf16") ? FSDP_F32 : FSDP_BF16;
-    o.compute_dtype = (o.master_dtype == FSDP_BF16 || !strcmp(mixed_precision, "bf16")) ? FSDP_BF16 : FSDP_F32;
-    o.reduce_dtype = !strcmp(reduce_dtype, "auto") ? o.master_dtype : !strcmp(reduce_dtype, "bf16") ? FSDP_BF16 : FSDP_F32;
+    if (fsdp_cli_precision("train", &prec, &o, &err)) fsdp_exit_error(&err, 0);
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
     o.head_chunk = head_chunk;
     fsdp_recompute_parse(recompute, &o.recompute); /* one of the choices: the parser checked */
     o.embed_grads = !strcmp(embed_grads, "rows")    ? FSDP_EMBED_GRADS_ROWS
                     : !strcmp(embed_grads, "dense") ? FSDP_EMBED_GRADS_DENSE
                                                     : FSDP_EMBED_GRADS_AUTO;
-    if (o.embed_grads == FSDP_EMBED_GRADS_ROWS && o.master_dtype != FSDP_F32) {
-        fsdp_usagef(&err, "train: --embedding-grads rows needs --model-precision fp32 (fp32 gradient shards)");
-        fsdp_exit_error(&err, 0);
-    }
+    if (fsdp_plan_check_embed_rows("train", &o, 1, &err)) fsdp_exit_error(&err, 0); /* the ranks: when set up */
     o.data = data;
     o.synthetic_vocab = synthetic_vocab;
     o.packing = !strcmp(packing, "stream") ? FSDP_PACK_STREAM : !strcmp(packing, "pad") ? FSDP_PACK_PAD : FSDP_PACK_AUTO;

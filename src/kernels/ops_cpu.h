@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/dtype.h"
 #include "dropout.h"
 #include "op_args.h"
 
@@ -89,5 +90,27 @@ double cpu_sum(const float *x, size_t n);
 
 /* Rounds n values to the nearest bf16 in place. */
 void cpu_round_bf16(float *x, size_t n);
+
+/* Blockwise quantization for the wire (quantize.c; the layout of a piece and the rule for a block
+ * are src/base/dtype.h's, the ops those of quantize / dequantize / sum_pieces in
+ * src/backend/backend.h). Plain data is fp32 storage, as the CPU backend keeps it; a plain dtype of
+ * FSDP_BF16 means "rounded to bf16" on output (inputs are read as they are). Blockwise data is the
+ * bytes of `pieces` consecutive pieces of `count` elements, piece p at byte
+ * p * fsdp_dtype_piece_bytes(t, count); every byte of a piece is written, its padding with zeros, so
+ * equal inputs give equal bytes. A block whose scaling factor max_finite / amax overflows fp32 (amax
+ * below about 1e-36) is stored like a zero block, scale 0 and codes 0. Buffers must not overlap
+ * (sum_pieces' dst with its src). Results do not depend on the thread count, and the CUDA twins
+ * (fsdp_cuda_quantize and friends) produce the same bits. */
+/* dst: pieces of dst_t holding src[p * count .. (p + 1) * count), elements at or past `valid` read
+ * as zero (src is read below `valid` only). A plain dst_t: pieces * count values, a cast. */
+void cpu_quantize_pieces(void *dst, fsdp_dtype dst_t, const float *src, size_t count, int pieces, size_t valid);
+/* dst[p * count + i] = element i of piece p of src (src_t blockwise: decode(code) * scale in fp32;
+ * plain: the value), rounded to bf16 when dst_t is FSDP_BF16. */
+void cpu_dequantize_pieces(float *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t count,
+                           int pieces);
+/* dst[i] = round_dst_t(acc), acc = (accumulate ? dst[i] : 0) + v_0(i) + v_1(i) + ... + v_{pieces-1}(i)
+ * added left to right in fp32, v_p(i) element i of piece p as cpu_dequantize_pieces reads it. */
+void cpu_sum_pieces(float *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t count, int pieces,
+                    int accumulate);
 
 #endif

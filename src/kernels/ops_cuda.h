@@ -75,6 +75,19 @@ void fsdp_cuda_adamw(void *param, const void *grad, void *m, void *v, fsdp_dtype
                      cudaStream_t s);
 void fsdp_cuda_cast(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t n, cudaStream_t s);
 void fsdp_cuda_accumulate(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t n, cudaStream_t s);
+/* Blockwise quantization (src/kernels/cuda/quantize.cu): what cpu_quantize_pieces,
+ * cpu_dequantize_pieces and cpu_sum_pieces compute, bit for bit, with the plain side in fp32 or real
+ * bf16 and every byte of a piece written (padding zeroed). Buffers holding pieces of a blockwise
+ * dtype must be 16-byte aligned (pieces are 16-byte multiples, so every piece then is; fatal
+ * otherwise). Any plain buffer and any count work; the fast path wants plain buffers 16-byte aligned
+ * and count a multiple of 8. The plain-dtype forms are casts (quantize zero-fills from `valid` on).
+ * Buffers must not overlap. */
+void fsdp_cuda_quantize(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t count, int pieces,
+                        size_t valid, cudaStream_t s);
+void fsdp_cuda_dequantize(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t count, int pieces,
+                          cudaStream_t s);
+void fsdp_cuda_sum_pieces(void *dst, fsdp_dtype dst_t, const void *src, fsdp_dtype src_t, size_t count, int pieces,
+                          int accumulate, cudaStream_t s);
 /* *out += sum(x^2) / sum(x), fp32, fixed order. */
 void fsdp_cuda_sum_squares(float *out, const void *x, fsdp_dtype t, size_t n, float *scratch, cudaStream_t s);
 void fsdp_cuda_sum(float *out, const float *x, size_t n, float *scratch, cudaStream_t s);

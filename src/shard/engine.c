@@ -9,6 +9,41 @@
 #include "../base/error.h"
 #include "engine_internal.h"
 
+/* The wire's buffers, as fsdp_plan_wire_buffers sizes them. The reductions' pieces belong to the
+ * reduce communicator and the quantized shards and their gathers' pieces to the gather
+ * communicator, so that copy-engine collectives can reach them. */
+static void alloc_wire(fsdp_engine *e) {
+    fsdp_backend *be = e->be;
+    int64_t *shard_len = fsdp_xmalloc((size_t)e->num_units * sizeof(int64_t), "unit sizes");
+    for (int u = 0; u < e->num_units; u++) shard_len[u] = e->units[u].shard_len;
+    fsdp_wire_buffers w;
+    fsdp_plan_wire_buffers(&e->mode, &e->opts, shard_len, e->num_units, e->opts.forward_only, be->kind, &w);
+    free(shard_len);
+    if (w.send) e->wire_send = be->coll->alloc_shared(be, e->reduce_comm, w.send, "gradient pieces sent");
+    if (w.recv) e->wire_recv = be->coll->alloc_shared(be, e->reduce_comm, w.recv, "gradient pieces received");
+    if (w.summed) e->summed = be->runtime->alloc(be, w.summed, "summed gradient pieces");
+    if (w.replica_piece) e->replica_piece = be->runtime->alloc(be, w.replica_piece, "replica gradient piece");
+    if (w.replica_gathered) e->replica_gathered = be->runtime->alloc(be, w.replica_gathered, "replica gradient sums");
+    if (!e->mode.quantized_gathers) return;
+    e->qshards = be->coll->alloc_shared(be, e->gather_comm, w.quantized_shards, "quantized shards");
+    e->gather_staging = be->coll->alloc_shared(be, e->gather_comm, w.gather_staging, "quantized gathers");
+    e->qoffset = fsdp_xmalloc((size_t)e->num_units * sizeof(size_t), "quantized shard offsets");
+    size_t at = 0;
+    for (int u = 0; u < e->num_units; u++) {
+        e->qoffset[u] = at;
+        at += fsdp_device_piece_bytes(be->kind, e->opts.gather_dtype, (size_t)e->units[u].shard_len);
+    }
+}
+
+static void free_wire(fsdp_engine *e) {
+    fsdp_backend *be = e->be;
+    void *bufs[] = {e->wire_send, e->wire_recv, e->summed, e->replica_piece, e->replica_gathered, e->qshards,
+                    e->gather_staging};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->runtime->free(be, bufs[i]);
+    free(e->qoffset);
+}
+
 fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_topology *topo,
                                 const fsdp_unit_spec *specs, int num_units, const fsdp_shard_options *opts,
                                 fsdp_err *err) {
@@ -34,7 +69,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     if (opts->pinned) memcpy(e->pinned, opts->pinned, (size_t)num_units * sizeof(int));
     e->me = be->runtime->dtype_size(be, opts->master_dtype);
     e->ce = be->runtime->dtype_size(be, opts->compute_dtype);
-    e->re = be->runtime->dtype_size(be, opts->reduce_dtype);
+    e->ge = be->runtime->dtype_size(be, opts->grad_dtype);
 
     /* The communicators first: the buffers gathers send from and receive into belong to the gather
      * communicator. */
@@ -54,20 +89,22 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         e->total_shard += s->shard_len;
     }
 
+    fsdp_engine_mode_of(opts, S, e->replica_size, &e->mode);
+
     /* One allocation per class of state. */
     size_t reserved_before = be->reserved_bytes;
     size_t shard_bytes = (size_t)e->total_shard * e->me;
-    int aliased = opts->compute_dtype == opts->master_dtype;
-    e->master = aliased ? be->coll->alloc_shared(be, e->gather_comm, shard_bytes, "master weights")
-                        : be->runtime->alloc(be, shard_bytes, "master weights");
+    /* Gathers send from the master itself when it is the compute copy (and not quantized). */
+    int gathers_from_master = opts->compute_dtype == opts->master_dtype && !e->mode.quantized_gathers;
+    e->master = gathers_from_master ? be->coll->alloc_shared(be, e->gather_comm, shard_bytes, "master weights")
+                                    : be->runtime->alloc(be, shard_bytes, "master weights");
     if (!opts->forward_only) {
         e->grad = be->runtime->alloc(be, shard_bytes, "gradient shards");
     }
-    if (aliased) {
-        e->working = e->master;
-    } else {
+    if (e->mode.working_copy)
         e->working = be->coll->alloc_shared(be, e->gather_comm, (size_t)e->total_shard * e->ce, "working copy of the shards");
-    }
+    else
+        e->working = e->master; /* the compute copy (S == 1), or nothing: quantized gathers read qshards */
 
     int *which = fsdp_xmalloc((size_t)num_units * sizeof(int), "unit rings");
     if (S > 1) {
@@ -77,14 +114,16 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         for (int r = 0; r < e->num_param_rings; r++)
             slot_ring_alloc(e, &e->param_rings[r], e->ce, e->gather_comm, "gathered units");
     }
-    e->direct_grads = S == 1 && e->replica_size == 1 && opts->reduce_dtype == opts->master_dtype;
     e->written = fsdp_xcalloc((size_t)num_units, 1, "gradient shard flags");
+    e->replicas_done = fsdp_xcalloc((size_t)num_units, 1, "gradient shard flags");
     e->step_begun = be->runtime->event_create(be, 0);
-    e->num_grad_rings = e->direct_grads || opts->forward_only ? 0 : engine_build_rings(e, &e->grad_rings, which, 0);
+    e->direct_ready = be->runtime->event_create(be, 0);
+    e->num_grad_rings =
+        e->mode.direct_grads || opts->forward_only ? 0 : engine_build_rings(e, &e->grad_rings, which, e->mode.hold_grads);
     for (int u = 0; u < num_units; u++) e->units[u].grad_ring = e->num_grad_rings ? which[u] : -1;
     int grad_slots = 0;
     for (int r = 0; r < e->num_grad_rings; r++) {
-        slot_ring_alloc(e, &e->grad_rings[r], e->re, opts->copy_engine_reductions ? e->reduce_comm : NULL,
+        slot_ring_alloc(e, &e->grad_rings[r], e->ge, opts->copy_engine_reductions ? e->reduce_comm : NULL,
                         "unit gradient buffers");
         grad_slots += e->grad_rings[r].capacity;
     }
@@ -94,11 +133,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     /* What the first step would otherwise size: nothing is allocated once training runs. */
     if (e->world_size > 1 && opts->rows_capacity > 0 && !opts->forward_only)
         engine_reserve_rows(e, opts->rows_capacity, opts->row_len);
-    if (S > 1 && opts->copy_engine_reductions && !opts->forward_only) {
-        int64_t largest = 0;
-        for (int u = 0; u < num_units; u++) largest = e->units[u].padded > largest ? e->units[u].padded : largest;
-        engine_reserve_staging(e, largest);
-    }
+    alloc_wire(e);
     /* The memory plans count with the same functions; this keeps them honest. */
     if (!be->oom.failures && !opts->copy_engine_gathers && !opts->copy_engine_reductions) {
         fsdp_engine_memory plan;
@@ -134,14 +169,16 @@ void fsdp_engine_destroy(fsdp_engine *e) {
     engine_free_timing(e);
     be->runtime->event_destroy(be, e->updated);
     be->runtime->event_destroy(be, e->step_begun);
+    be->runtime->event_destroy(be, e->direct_ready);
     free(e->written);
+    free(e->replicas_done);
     if (e->rows_values) be->runtime->free(be, e->rows_values);
     if (e->rows_index) be->runtime->free(be, e->rows_index);
     be->runtime->event_destroy(be, e->rows_ready);
     be->runtime->event_destroy(be, e->rows_done);
     be->runtime->stream_destroy(be, e->gather_stream);
     be->runtime->stream_destroy(be, e->reduce_stream);
-    if (e->staging) be->runtime->free(be, e->staging);
+    free_wire(e);
     if (e->working != e->master) be->runtime->free(be, e->working);
     be->runtime->free(be, e->master);
     be->runtime->free(be, e->grad);
@@ -181,7 +218,14 @@ fsdp_shard_extent fsdp_engine_extent(const fsdp_engine *e) {
 }
 
 void fsdp_engine_refresh_working(fsdp_engine *e) {
-    if (e->working == e->master) return;
-    e->be->ops->cast(e->be, e->working, e->opts.compute_dtype, e->master, e->opts.master_dtype, (size_t)e->total_shard,
-                     e->be->compute);
+    fsdp_backend *be = e->be;
+    if (e->mode.quantized_gathers) {
+        for (int u = 0; u < e->num_units; u++) engine_quantize_shard(e, u);
+    } else if (e->working != e->master) {
+        be->ops->cast(be, e->working, e->opts.compute_dtype, e->master, e->opts.master_dtype, (size_t)e->total_shard,
+                      be->compute);
+    }
+    /* Gathers read what the compute stream just wrote (or loaded): they wait for it. */
+    be->runtime->event_record(be, e->updated, be->compute);
+    e->updated_valid = 1;
 }

@@ -29,6 +29,27 @@
  * copy engines and leave every SM to the compute they overlap; likewise the unit gradient buffers
  * and a staging buffer through the reduce communicator with copy_engine_reductions.
  *
+ * Bytes on the wire are a budget (DeepSpeed ZeRO++'s idea), set by three options:
+ *  - reduce_dtype: what gradient reductions send. fp32 is summed by NCCL (a reduce-scatter, and an
+ *    all-reduce over replicas). bf16 and the blockwise int8 are sent as an all-to-all of each rank's
+ *    pieces (int8 quantized from the gradient buffer, with its block scales) and summed in fp32 on
+ *    the rank that owns the shard, so a sum is rounded once, not at every hop; over replicas the
+ *    fp32 sums of each rank's piece are then all-gathered in bf16 (every replica ends with the same
+ *    bits).
+ *  - gather_dtype: what parameter all-gathers send. compute_dtype, or a blockwise dtype (int8, fp8
+ *    e4m3): each rank quantizes its shard from the master weights once per update of the shards,
+ *    gathers move codes and scales, and every rank dequantizes the same bytes into the
+ *    compute-dtype unit (its own piece too, so that all ranks compute with the same weights). The
+ *    working copy of the shards is then not kept. Master weights and optimizer state stay exact.
+ *  - accumulate_local: how a step of K micro-batches accumulates. Off ("sharded"), every micro-batch
+ *    reduces its gradients into the shards. On ("local"), the step's gradients cross the network
+ *    once: FULL and SHARD_GRAD_OP keep every unit's full gradient buffer over the K micro-batches
+ *    (grad_dtype, one slot per unit) and reduce them in the last one, and SHARD_GRAD_OP also keeps
+ *    its gathered units from the first micro-batch's forward to the last one's backward (one
+ *    gather per step); NO_SHARD and HYBRID sum each micro-batch into their shards and all-reduce
+ *    over replicas once, in the last micro-batch (HYBRID's reduce-scatter inside the node still
+ *    runs every micro-batch). PyTorch's no_sync / FSDP2's set_requires_gradient_sync(False).
+ *
  * Ordering: gathers run on a gather stream, reductions on a reduce stream, each with its own
  * communicator; compute waits on events only. Calls must follow the visiting order given at
  * creation (one micro-batch), which is also what drives prefetching. A forward-only micro-batch
@@ -72,7 +93,11 @@ typedef struct {
     fsdp_strategy strategy;
     int prefetch;          /* units gathered ahead of use (0 = none) */
     int max_live;          /* gathered units (and gradient buffers) alive at once per ring, >= 1 */
-    fsdp_dtype master_dtype, compute_dtype, reduce_dtype;
+    fsdp_dtype master_dtype, compute_dtype;
+    fsdp_dtype grad_dtype;   /* unit gradient buffers, which the backward accumulates into (fp32 or bf16) */
+    fsdp_dtype reduce_dtype; /* what gradient reductions send: fp32, bf16 or int8 (above) */
+    fsdp_dtype gather_dtype; /* what parameter gathers send: compute_dtype, int8 or fp8 (above) */
+    int accumulate_local;    /* gradients cross the network once per step (above) */
     const int *order;      /* units as the trainer visits them for parameters in one micro-batch */
     int order_len;
     const int *pinned;     /* per unit: 1 = once gathered, keep until its backward is done */
@@ -107,7 +132,8 @@ typedef struct {
     size_t gathered;                     /* gathered units: rings of slots (S > 1) */
     size_t grad_buffers;                 /* full-unit gradient buffers in the reduce dtype */
     size_t grad_rows;                    /* every rank's gradient rows, gathered (embedding rows) */
-    size_t staging;                      /* copy-engine reductions */
+    size_t staging;                      /* pieces of all-to-all reductions (sent, received, summed) */
+    size_t quantized;                    /* quantized shards and the staging their gathers land in */
     int gathered_rings, gathered_slots, grad_rings, grad_slots;
     int communicators;                   /* backend communicators the engine creates */
     int all_reduce_communicators;        /* of them, the replicas' (large all-reduces) */
@@ -159,16 +185,18 @@ void fsdp_engine_begin_microbatch(fsdp_engine *e);
 const void *fsdp_engine_params(fsdp_engine *e, int unit);
 /* After the unit's forward: reshard (FULL, HYBRID) unless pinned. */
 void fsdp_engine_done_forward(fsdp_engine *e, int unit);
-/* A full-unit gradient buffer (reduce dtype) for the unit's backward to accumulate into, ready on
- * the compute stream: zeroed, or, with one rank and no replicas and reduce dtype = master dtype,
- * the unit's gradient shard itself, already holding this step's earlier micro-batches. Calling it
- * again for the same unit before done_backward returns the same buffer. */
+/* A full-unit gradient buffer (grad dtype) for the unit's backward to accumulate into, ready on
+ * the compute stream: zeroed at the step's first use, or, with one rank in the shard group and
+ * grad dtype = master dtype (and no replicas, or replicas reduced once per step), the unit's
+ * gradient shard itself. With local accumulation (FULL, SHARD_GRAD_OP) the buffer holds the step's
+ * earlier micro-batches. Calling it again for the same unit before done_backward returns the same
+ * buffer. */
 void *fsdp_engine_grads(fsdp_engine *e, int unit);
-/* After the unit's backward: reduce-scatter its gradients on the reduce stream, all-reduce over
- * replicas, into the gradient shard (written by the step's first, added by later micro-batches);
- * release its gathered parameters. A unit whose dense
- * gradient buffer was not asked for this micro-batch (or was already reduced) only releases its
- * parameters. */
+/* After the unit's backward: reduce its gradients on the reduce stream into the gradient shard
+ * (written by the step's first reduction, added by later ones) and release its gathered
+ * parameters; with local accumulation, only in the step's last micro-batch (the others keep the
+ * buffer, and SHARD_GRAD_OP its parameters). A unit whose dense gradient buffer was not asked for
+ * this micro-batch (or was already reduced) only releases its parameters. */
 void fsdp_engine_done_backward(fsdp_engine *e, int unit);
 
 /* Adds gradient rows to unit u without a dense gradient buffer: for every rank's entries n < count
@@ -192,8 +220,9 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
 void fsdp_engine_begin_forward(fsdp_engine *e);
 
 /* ---- one step ---- */
-/* Starts a step's gradients: every unit's shard is overwritten by its first gradient of the step. */
-void fsdp_engine_begin_step(fsdp_engine *e);
+/* Starts a step of `microbatches` training micro-batches: every unit's shard is overwritten by its
+ * first gradient of the step; with accumulate_local the last micro-batch is the one that reduces. */
+void fsdp_engine_begin_step(fsdp_engine *e, int microbatches);
 /* Zeroes the shards of units that got no gradient this step and makes the compute stream wait for
  * every reduction of the step. The gradient shards (views' grad) then hold the step's gradients. */
 void fsdp_engine_wait_reductions(fsdp_engine *e);
@@ -209,6 +238,30 @@ typedef void (*fsdp_shard_update)(void *ctx, int unit, const fsdp_shard_view *vi
 void fsdp_engine_update_shards(fsdp_engine *e, fsdp_shard_update update, void *ctx);
 /* Copies master -> working for every unit (after initialisation or loading a checkpoint). */
 void fsdp_engine_refresh_working(fsdp_engine *e);
+
+/* ---- bytes on the wire ---- */
+/* What this rank sends, by kind of collective, in the bytes of the dtypes themselves (a bf16 value
+ * is 2 bytes, an int8 piece its codes and scales, also where the CPU backend emulates bf16 in fp32):
+ * an all-gather or all-to-all over G ranks sends G - 1 pieces, a reduce-scatter G - 1 pieces of the
+ * result, an all-reduce of n bytes 2 (G - 1) / G n (the ring's, NCCL's bus bandwidth convention). */
+typedef enum {
+    FSDP_COMM_GATHER,  /* parameter all-gathers */
+    FSDP_COMM_REDUCE,  /* gradient reduce-scatters (or their all-to-alls) over the shard group */
+    FSDP_COMM_REPLICA, /* gradient all-reduces over replicas */
+    FSDP_COMM_OTHER,   /* gradient rows (the token embedding's, gathered) and the gradient norm's all-reduce */
+    FSDP_COMM_KINDS
+} fsdp_comm_kind;
+typedef struct {
+    double bytes[FSDP_COMM_KINDS];
+    double total;
+} fsdp_comm_bytes;
+const char *fsdp_comm_kind_name(fsdp_comm_kind k); /* "all_gather", "reduce", "all_reduce", "other" */
+/* Bytes sent since the last call (the trainer takes them once per step). */
+void fsdp_engine_take_comm_bytes(fsdp_engine *e, fsdp_comm_bytes *out);
+/* The least one optimizer step of this strategy sends with these dtypes: every unit gathered as
+ * often as the strategy needs in one micro-batch and its gradient reduced once (the step of one
+ * micro-batch, or of local accumulation), gradient rows left out. */
+void fsdp_engine_comm_minimum(const fsdp_engine *e, fsdp_comm_bytes *out);
 
 /* Milliseconds the compute stream waited for communication since the last call (measured with
  * timing events; waits for them, so call it after the step's backward and before the update of

@@ -1,7 +1,9 @@
 /* Private to the FSDP engine (the .c files of src/shard): its state, and the parts its concerns
  * share. engine.c creates and destroys the engine and gives views of its shards; groups.c the process
- * groups and communicators; rings.c the slot rings; lifecycle.c the unit lifecycle and the step;
- * grad_rows.c gradient rows; wait_timing.c the measured communication waits. */
+ * groups and communicators; rings.c the slot rings; wire_plan.c the mode and the wire's buffers;
+ * lifecycle.c the unit lifecycle and the step; reduce.c the reductions of a unit's gradients;
+ * grad_rows.c gradient rows; comm_bytes.c what the collectives send; wait_timing.c the measured
+ * communication waits. */
 #ifndef FSDP_SHARD_ENGINE_INTERNAL_H
 #define FSDP_SHARD_ENGINE_INTERNAL_H
 
@@ -37,11 +39,13 @@ struct fsdp_engine {
     unit_state *units;
 
     int shard_rank, shard_size, replica_rank, replica_size;
+    fsdp_engine_mode mode;
+    int microbatches, microbatch; /* of the current step (fsdp_engine_begin_step, _begin_microbatch) */
     MPI_Comm shard_mpi, replica_mpi;
     fsdp_comm *gather_comm, *reduce_comm, *replica_comm, *norm_comm;
     fsdp_stream *gather_stream, *reduce_stream;
 
-    size_t me, ce, re; /* bytes per master / compute / reduce element */
+    size_t me, ce, ge; /* bytes per master / compute / gradient-buffer element */
     int64_t total_shard;
     void *master, *grad, *working;
     slot_ring *param_rings, *grad_rings;
@@ -67,18 +71,24 @@ struct fsdp_engine {
     fsdp_event *rows_ready, *rows_done;
     int rows_pending;          /* rows_done recorded and not yet waited for by compute */
 
-    /* Copy-engine reductions: every rank's pieces of a unit's gradient land here (S * shard_len
-     * reduce-dtype elements of the largest unit reduced so far), then are summed locally. */
-    void *staging;
-    int64_t staging_elems;
+    /* The wire's buffers (fsdp_plan_wire_buffers; NULL where the mode needs none): pieces sent and
+     * received by all-to-all reductions, a shard's fp32 sum before its replicas' all-reduce, a
+     * replica all-reduce's own fp32 piece and gathered bf16 result; the quantized shards (unit u's
+     * at qoffset[u] bytes) and the pieces their gathers land in. */
+    void *wire_send, *wire_recv, *summed, *replica_piece, *replica_gathered;
+    void *qshards, *gather_staging;
+    size_t *qoffset;
+
+    fsdp_comm_bytes sent; /* since fsdp_engine_take_comm_bytes */
 
     /* Gradient shards are written, not zeroed and added to, by the first reduction of each unit in
      * a step (written[u] = 0 until then); units nothing wrote are zeroed before the optimizer.
-     * direct_grads (one rank, no replicas, reduce dtype = master dtype): the backward accumulates
-     * straight into the shard, which then IS the unit's gradient, and no buffers are needed. */
+     * mode.direct_grads: the backward accumulates straight into the shard, which then IS the
+     * unit's gradient, and no buffers are needed. */
     unsigned char *written;
-    int direct_grads;
+    unsigned char *replicas_done; /* deferred replicas: the unit's shard was all-reduced this step */
     fsdp_event *step_begun; /* recorded on compute by fsdp_engine_begin_step */
+    fsdp_event *direct_ready; /* recorded on compute when a direct gradient's replicas are reduced */
 };
 
 /* ---- process groups and communicators (groups.c) ---- */
@@ -104,13 +114,27 @@ int slot_ring_free_slot(const slot_ring *r);
 
 /* Room for `count` gradient rows of `row_len` per rank, gathered from every rank (grad_rows.c). */
 void engine_reserve_rows(fsdp_engine *e, int count, int row_len);
-/* Room for `need` reduce-dtype elements of copy-engine reductions, collective over the shard group
- * (lifecycle.c). */
-void engine_reserve_staging(fsdp_engine *e, int64_t need);
-
-/* ---- the gradient shards (lifecycle.c) ---- */
+/* ---- the gradient shards (lifecycle.c) and their reductions (reduce.c) ---- */
 
 void *engine_grad_shard(const fsdp_engine *e, const unit_state *s);
+/* 1 in the step's last micro-batch (the one that reduces under local accumulation). */
+int engine_last_microbatch(const fsdp_engine *e);
+/* Reduces unit u's gradient buffer `buf` (grad dtype) into its gradient shard on the reduce stream,
+ * which must already wait for the backward that wrote it: over the shard group, then over
+ * replicas unless they are deferred. */
+void engine_reduce_unit(fsdp_engine *e, unit_state *s, void *buf);
+/* The replicas' all-reduce of a gradient shard that holds the whole step (deferred replicas). */
+void engine_reduce_replicas_of_shard(fsdp_engine *e, unit_state *s);
+/* Unit u's quantized shard from its master weights, on the compute stream (quantized gathers). */
+void engine_quantize_shard(fsdp_engine *e, int u);
+
+/* ---- bytes on the wire (comm_bytes.c) ---- */
+
+/* Counts what one collective sends from this rank: `bytes` per piece over a group of `ranks`. */
+void engine_count_pieces(fsdp_engine *e, fsdp_comm_kind k, int ranks, size_t piece_bytes);
+void engine_count_all_reduce(fsdp_engine *e, fsdp_comm_kind k, int ranks, size_t bytes);
+/* A piece of `count` elements of t as the wire counts it: the dtype's own bytes. */
+size_t engine_wire_bytes(fsdp_dtype t, size_t count);
 
 /* ---- wait timing (wait_timing.c) ---- */
 

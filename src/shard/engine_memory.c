@@ -31,21 +31,23 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
     int S, R;
     fsdp_strategy_groups(opts->strategy, world, node_size, &S, &R);
     out->shard_size = S, out->replica_size = R;
+    fsdp_engine_mode mode;
+    fsdp_engine_mode_of(opts, S, R, &mode);
     size_t me = fsdp_device_dtype_size(kind, opts->master_dtype), ce = fsdp_device_dtype_size(kind, opts->compute_dtype);
-    size_t re = fsdp_device_dtype_size(kind, opts->reduce_dtype);
+    size_t ge = fsdp_device_dtype_size(kind, opts->grad_dtype);
 
     int64_t *padded = fsdp_xmalloc((size_t)num_units * sizeof(int64_t), "unit sizes");
-    int64_t largest = 0;
+    int64_t *shard_len = fsdp_xmalloc((size_t)num_units * sizeof(int64_t), "unit sizes");
     for (int u = 0; u < num_units; u++) {
         padded[u] = fsdp_shard_padded(units[u].numel, S);
-        out->total_shard += padded[u] / S;
-        if (padded[u] > largest) largest = padded[u];
+        shard_len[u] = padded[u] / S;
+        out->total_shard += shard_len[u];
     }
     size_t shard_bytes = (size_t)out->total_shard * me;
     take(out, &out->master, kind, shard_bytes);
     int training = !opts->forward_only; /* a forward-only engine holds weights and gathered units only */
     if (training) take(out, &out->grads, kind, shard_bytes);
-    if (opts->compute_dtype != opts->master_dtype) take(out, &out->working, kind, (size_t)out->total_shard * ce);
+    if (mode.working_copy) take(out, &out->working, kind, (size_t)out->total_shard * ce);
 
     fsdp_ring_shape *rings = fsdp_xcalloc((size_t)num_units, sizeof *rings, "unit rings");
     int *which = fsdp_xmalloc((size_t)num_units * sizeof(int), "unit rings");
@@ -54,17 +56,22 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
                                               opts->strategy == FSDP_SHARD_GRAD_OP, rings, which);
         ring_bytes(out, &out->gathered, kind, rings, out->gathered_rings, ce, &out->gathered_slots);
     }
-    int direct_grads = S == 1 && R == 1 && opts->reduce_dtype == opts->master_dtype;
-    if (!direct_grads && training) {
-        out->grad_rings = fsdp_plan_rings(padded, opts->pinned, num_units, opts->max_live, 0, rings, which);
-        ring_bytes(out, &out->grad_buffers, kind, rings, out->grad_rings, re, &out->grad_slots);
+    if (!mode.direct_grads && training) {
+        out->grad_rings = fsdp_plan_rings(padded, opts->pinned, num_units, opts->max_live, mode.hold_grads, rings, which);
+        ring_bytes(out, &out->grad_buffers, kind, rings, out->grad_rings, ge, &out->grad_slots);
     }
     if (world > 1 && opts->rows_capacity > 0 && training) {
         size_t n = (size_t)world * (size_t)opts->rows_capacity;
         take(out, &out->grad_rows, kind, n * (size_t)opts->row_len * ce);
         take(out, &out->grad_rows, kind, FSDP_MAX_ROW_SETS * n * sizeof(int32_t));
     }
-    if (S > 1 && opts->copy_engine_reductions && training) take(out, &out->staging, kind, (size_t)largest * re);
+    fsdp_wire_buffers w;
+    fsdp_plan_wire_buffers(&mode, opts, shard_len, num_units, opts->forward_only, kind, &w);
+    const size_t staging[] = {w.send, w.recv, w.summed, w.replica_piece, w.replica_gathered};
+    for (size_t i = 0; i < sizeof staging / sizeof staging[0]; i++)
+        if (staging[i]) take(out, &out->staging, kind, staging[i]);
+    if (w.quantized_shards) take(out, &out->quantized, kind, w.quantized_shards);
+    if (w.gather_staging) take(out, &out->quantized, kind, w.gather_staging);
 
     if (training) {
         out->communicators = (S > 1 ? 3 : 0) + (R > 1 ? 1 : 0) + (world > 1 && S != world && R != world ? 1 : 0);
@@ -75,4 +82,5 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
     free(rings);
     free(which);
     free(padded);
+    free(shard_len);
 }

@@ -24,6 +24,8 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
     fsdp_backend *be = e->be;
     if (e->opts.master_dtype != FSDP_F32)
         fsdp_fatal("internal error: gradient rows need fp32 gradient shards (unit %d)", u);
+    if (e->mode.defer_replicas)
+        fsdp_fatal("internal error: gradient rows of unit %d under replicas reduced once per step", u);
     if (nsets < 1 || nsets > FSDP_MAX_ROW_SETS)
         fsdp_fatal("internal error: %d row sets for unit %d (at most %d)", nsets, u, FSDP_MAX_ROW_SETS);
     be->runtime->event_record(be, e->rows_ready, be->compute);
@@ -41,11 +43,14 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
         size_t n = (size_t)e->world_size * (size_t)count;
         be->coll->all_gather(be, e->rows_comm, values, e->rows_values, (size_t)count * (size_t)row_len,
                              e->opts.compute_dtype, e->reduce_stream);
+        engine_count_pieces(e, FSDP_COMM_OTHER, e->world_size,
+                            engine_wire_bytes(e->opts.compute_dtype, (size_t)count * (size_t)row_len));
         for (int k = 0; k < nsets; k++) {
             if (!sets[k].rows) continue; /* periodic rows: entry n of every rank maps the same way */
             int32_t *dst = e->rows_index + (size_t)k * n;
             /* Indices travel as 4-byte words: an all-gather only moves bytes. */
             be->coll->all_gather(be, e->rows_comm, sets[k].rows, dst, (size_t)count, FSDP_F32, e->reduce_stream);
+            engine_count_pieces(e, FSDP_COMM_OTHER, e->world_size, (size_t)count * sizeof(int32_t));
             all[k].rows = dst;
         }
         all_values = e->rows_values;

@@ -1,6 +1,7 @@
 /* The unit lifecycle over the backend's streams and events: gather (prefetched by the visiting
- * order) -> compute -> reshard -> reduce-scatter into the gradient shards; and the step around it:
- * the gradient shards of a step, and the update of the shards that starts the next step's gathers. */
+ * order) -> compute -> reshard -> reduce into the gradient shards (reduce.c); and the step around
+ * it: the micro-batches of a step, the gradient shards, and the update of the shards that starts
+ * the next step's gathers. */
 #include <string.h>
 
 #include "../base/error.h"
@@ -21,8 +22,21 @@ static int start_gather(fsdp_engine *e, int u) {
     /* The shard it sends is what the last update of the shards wrote on the compute stream. */
     if (e->updated_valid) be->runtime->stream_wait_event(be, e->gather_stream, e->updated);
     void *dst = slot_ring_slot(r, slot, e->ce);
-    const void *src = (const char *)e->working + (size_t)s->offset * e->ce;
-    be->coll->all_gather(be, e->gather_comm, src, dst, (size_t)s->shard_len, e->opts.compute_dtype, e->gather_stream);
+    size_t n = (size_t)s->shard_len;
+    int u_index = (int)(s - e->units);
+    if (e->mode.quantized_gathers) {
+        /* Codes and scales of every rank's shard, then the unit in the compute dtype: one staging
+         * area serves every gather, since the gather stream runs them one after the other. */
+        fsdp_dtype q = e->opts.gather_dtype;
+        be->coll->all_gather(be, e->gather_comm, (const char *)e->qshards + e->qoffset[u_index], e->gather_staging, n,
+                             q, e->gather_stream);
+        be->ops->dequantize(be, dst, e->opts.compute_dtype, e->gather_staging, q, n, e->shard_size, e->gather_stream);
+        engine_count_pieces(e, FSDP_COMM_GATHER, e->shard_size, engine_wire_bytes(q, n));
+    } else {
+        const void *src = (const char *)e->working + (size_t)s->offset * e->ce;
+        be->coll->all_gather(be, e->gather_comm, src, dst, n, e->opts.compute_dtype, e->gather_stream);
+        engine_count_pieces(e, FSDP_COMM_GATHER, e->shard_size, engine_wire_bytes(e->opts.compute_dtype, n));
+    }
     be->runtime->event_record(be, engine_timing_event(e, &s->gather_event), e->gather_stream);
     r->owner[slot] = u;
     s->param_slot = slot;
@@ -39,8 +53,11 @@ static void prefetch(fsdp_engine *e) {
     }
 }
 
+int engine_last_microbatch(const fsdp_engine *e) { return e->microbatch >= e->microbatches - 1; }
+
 void fsdp_engine_begin_microbatch(fsdp_engine *e) {
     if (e->opts.forward_only) fsdp_fatal("internal error: a training micro-batch on a forward-only engine");
+    e->microbatch++;
     e->cursor = 0;
     e->active = e->order, e->active_len = e->opts.order_len, e->forward_mode = 0;
     /* The last micro-batch's gradient rows are still read on the reduce stream. */
@@ -111,7 +128,7 @@ void *fsdp_engine_grads(fsdp_engine *e, int u) {
     fsdp_backend *be = e->be;
     unit_state *s = &e->units[u];
     if (e->forward_mode) fsdp_fatal("internal error: gradients of unit %d asked for in a forward-only micro-batch", u);
-    if (e->direct_grads) {
+    if (e->mode.direct_grads) {
         if (!e->written[u]) be->runtime->zero(be, engine_grad_shard(e, s), (size_t)s->shard_len * e->me, be->compute);
         e->written[u] = 1;
         s->grad_slot = DIRECT_SLOT;
@@ -123,89 +140,61 @@ void *fsdp_engine_grads(fsdp_engine *e, int u) {
         if (slot < 0) fsdp_fatal("internal error: no free gradient buffer for unit %d", u);
         /* The buffer's previous reduction must be finished before it is zeroed and reused. */
         if (r->released_valid[slot]) be->runtime->stream_wait_event(be, be->compute, r->released[slot]);
-        be->runtime->zero(be, slot_ring_slot(r, slot, e->re), (size_t)r->elems * e->re, be->compute);
+        be->runtime->zero(be, slot_ring_slot(r, slot, e->ge), (size_t)r->elems * e->ge, be->compute);
         r->owner[slot] = u;
         s->grad_slot = slot;
     }
-    return slot_ring_slot(r, s->grad_slot, e->re);
+    return slot_ring_slot(r, s->grad_slot, e->ge);
 }
 
-void engine_reserve_staging(fsdp_engine *e, int64_t need) {
-    fsdp_backend *be = e->be;
-    if (need <= e->staging_elems) return;
-    if (e->reduce_stream) be->runtime->stream_synchronize(be, e->reduce_stream);
-    if (e->staging) be->runtime->free(be, e->staging);
-    e->staging = be->coll->alloc_shared(be, e->reduce_comm, (size_t)need * e->re, "gradient staging buffer");
-    e->staging_elems = need;
+/* After a unit's backward: its gathered parameters go, unless SHARD_GRAD_OP keeps them for the
+ * step's next micro-batch. */
+static void release_after_backward(fsdp_engine *e, int u) {
+    if (!(e->mode.hold_params && !engine_last_microbatch(e))) release_params(e, u);
+    if (e->shard_size > 1) prefetch(e);
 }
 
-/* The reduce-scatter of a unit's gradient buffer `buf` as an all-to-all into the staging buffer and
- * a local sum, on the reduce stream; returns where this rank's summed piece is. */
-static char *reduce_scatter_on_copy_engines(fsdp_engine *e, const unit_state *s, char *buf) {
-    fsdp_backend *be = e->be;
-    /* Made at creation for the largest unit; collective here too (every rank reduces the same units). */
-    engine_reserve_staging(e, (int64_t)e->shard_size * s->shard_len);
-    size_t piece = (size_t)s->shard_len * e->re;
-    char *stage = e->staging;
-    be->coll->all_to_all(be, e->reduce_comm, buf, stage, (size_t)s->shard_len, e->opts.reduce_dtype, e->reduce_stream);
-    for (int q = 1; q < e->shard_size; q++)
-        be->ops->accumulate(be, stage, e->opts.reduce_dtype, stage + (size_t)q * piece, e->opts.reduce_dtype,
-                            (size_t)s->shard_len, e->reduce_stream);
-    return stage;
+/* The reduce stream waits for the backward the compute stream has enqueued so far. */
+static void reduce_after_compute(fsdp_engine *e, fsdp_event *ready) {
+    e->be->runtime->event_record(e->be, ready, e->be->compute);
+    e->be->runtime->stream_wait_event(e->be, e->reduce_stream, ready);
 }
 
 void fsdp_engine_done_backward(fsdp_engine *e, int u) {
     fsdp_backend *be = e->be;
     unit_state *s = &e->units[u];
-    if (s->grad_slot == DIRECT_SLOT) s->grad_slot = -1; /* already in its shard */
-    if (s->grad_slot < 0) { /* no dense gradient this micro-batch (rows only, or already reduced) */
-        release_params(e, u);
-        if (e->shard_size > 1) prefetch(e);
+    int last = engine_last_microbatch(e);
+    if (s->grad_slot == DIRECT_SLOT) {
+        s->grad_slot = -1; /* already in its shard; the replicas' all-reduce waits for the last one */
+        if (e->mode.defer_replicas && last) {
+            reduce_after_compute(e, e->direct_ready);
+            engine_reduce_replicas_of_shard(e, s);
+        }
+    }
+    /* No dense gradient this micro-batch (rows only, or already reduced), or one that stays local. */
+    if (s->grad_slot < 0 || (e->mode.hold_grads && !last)) {
+        release_after_backward(e, u);
         return;
     }
     slot_ring *r = &e->grad_rings[s->grad_ring];
     int slot = s->grad_slot;
-    char *buf = slot_ring_slot(r, slot, e->re);
-    fsdp_event *ready = e->grad_ready[grad_slot_index(e, s->grad_ring, slot)];
-
-    be->runtime->event_record(be, ready, be->compute);
-    be->runtime->stream_wait_event(be, e->reduce_stream, ready);
-    void *grad_shard = engine_grad_shard(e, s);
-    size_t n = (size_t)s->shard_len;
-    fsdp_dtype rt = e->opts.reduce_dtype, mt = e->opts.master_dtype;
-    int first = !e->written[u];
-    e->written[u] = 1;
-    if (first && e->shard_size > 1 && !e->opts.copy_engine_reductions && rt == mt) {
-        /* The first reduction of the step lands in the shard itself: no add, no zeroing. */
-        be->coll->reduce_scatter(be, e->reduce_comm, buf, grad_shard, n, rt, e->reduce_stream);
-        if (e->replica_size > 1) be->coll->all_reduce(be, e->replica_comm, grad_shard, n, rt, e->reduce_stream);
-    } else {
-        char *mine = buf;
-        if (e->shard_size > 1 && e->opts.copy_engine_reductions) {
-            mine = reduce_scatter_on_copy_engines(e, s, buf);
-        } else if (e->shard_size > 1) {
-            mine = buf + (size_t)e->shard_rank * n * e->re;
-            be->coll->reduce_scatter(be, e->reduce_comm, buf, mine, n, rt, e->reduce_stream);
-        }
-        if (e->replica_size > 1) be->coll->all_reduce(be, e->replica_comm, mine, n, rt, e->reduce_stream);
-        if (first)
-            be->ops->cast(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
-        else
-            be->ops->accumulate(be, grad_shard, mt, mine, rt, n, e->reduce_stream);
-    }
+    reduce_after_compute(e, e->grad_ready[grad_slot_index(e, s->grad_ring, slot)]);
+    engine_reduce_unit(e, s, slot_ring_slot(r, slot, e->ge));
     be->runtime->event_record(be, r->released[slot], e->reduce_stream);
     r->released_valid[slot] = 1;
     r->owner[slot] = -1;
     s->grad_slot = -1;
-    release_params(e, u);
-    if (e->shard_size > 1) prefetch(e);
+    release_after_backward(e, u);
 }
 
 /* ---- one step ---- */
 
-void fsdp_engine_begin_step(fsdp_engine *e) {
+void fsdp_engine_begin_step(fsdp_engine *e, int microbatches) {
     /* Lazily: each unit's first gradient overwrites its shard, the rest are zeroed at the end. */
     memset(e->written, 0, (size_t)e->num_units);
+    memset(e->replicas_done, 0, (size_t)e->num_units);
+    e->microbatches = microbatches > 0 ? microbatches : 1;
+    e->microbatch = -1;
     e->be->runtime->event_record(e->be, e->step_begun, e->be->compute);
 }
 
@@ -214,6 +203,12 @@ void fsdp_engine_wait_reductions(fsdp_engine *e) {
     /* Only once the last step's update, which read these shards on the compute stream, is done. */
     be->runtime->stream_wait_event(be, e->reduce_stream, e->step_begun);
     for (int u = 0; u < e->num_units; u++) {
+        /* A unit whose last gradient came before the step's last micro-batch (none does in the
+         * models today) still needs its replicas' sum; a unit no micro-batch wrote is zero on all. */
+        if (e->written[u] && e->mode.defer_replicas && !e->replicas_done[u]) {
+            reduce_after_compute(e, e->direct_ready);
+            engine_reduce_replicas_of_shard(e, &e->units[u]);
+        }
         if (e->written[u]) continue;
         be->runtime->zero(be, engine_grad_shard(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
         e->written[u] = 1;
@@ -229,13 +224,24 @@ void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out) {
     fsdp_backend *be = e->be;
     be->runtime->zero(be, out, sizeof(float), be->compute);
     be->ops->sum_squares(be, out, e->grad, e->opts.master_dtype, (size_t)e->total_shard, be->compute);
-    if (e->shard_size > 1) be->coll->all_reduce(be, e->norm_comm, out, 1, FSDP_F32, be->compute);
+    if (e->shard_size > 1) {
+        be->coll->all_reduce(be, e->norm_comm, out, 1, FSDP_F32, be->compute);
+        engine_count_all_reduce(e, FSDP_COMM_OTHER, e->shard_size, sizeof(float));
+    }
 }
 
-/* After unit u's shard was updated (compute stream): if the next step opens with u, its gather
- * starts now, behind the rest of the update. */
+void engine_quantize_shard(fsdp_engine *e, int u) {
+    const unit_state *s = &e->units[u];
+    e->be->ops->quantize(e->be, (char *)e->qshards + e->qoffset[u], e->opts.gather_dtype,
+                         (const char *)e->master + (size_t)s->offset * e->me, e->opts.master_dtype,
+                         (size_t)s->shard_len, 1, (size_t)s->shard_len, e->be->compute);
+}
+
+/* After unit u's shard was updated (compute stream): its quantized copy follows, and if the next
+ * step opens with u, its gather starts now, behind the rest of the update. */
 static void unit_updated(fsdp_engine *e, int u) {
     if (e->shard_size == 1) return;
+    if (e->mode.quantized_gathers) engine_quantize_shard(e, u);
     e->be->runtime->event_record(e->be, e->updated, e->be->compute);
     e->updated_valid = 1;
     /* The next step opens with these units: gathering them now hides the gathers behind the rest

@@ -22,15 +22,51 @@ void fsdp_plan_unit_order(const fsdp_model_config *cfg, const fsdp_layout *layou
     *order = o, *order_len = n, *pinned = p;
 }
 
-/* Rows move world x tokens x hidden activation-dtype values; dense reduces the whole token-embedding
- * matrix in the reduce dtype. Rows win when the batch touches a small part of the vocabulary. */
+fsdp_dtype fsdp_plan_grad_dtype(const fsdp_train_options *o) {
+    return fsdp_dtype_blockwise(o->reduce_dtype) ? o->compute_dtype : o->reduce_dtype;
+}
+
+int fsdp_plan_microbatches(const fsdp_train_options *o, int world) {
+    if (o->global_batch > 0 && o->mbs > 0 && world > 0) {
+        int k = o->global_batch / (o->mbs * world);
+        return k > 0 ? k : 1;
+    }
+    return o->grad_accum > 0 ? o->grad_accum : 1;
+}
+
+int fsdp_plan_accumulate_local(const fsdp_train_options *o, int world) {
+    if (o->forward_only || fsdp_plan_microbatches(o, world) < 2) return 0;
+    if (o->accumulate == FSDP_ACCUMULATE_AUTO) return o->strategy != FSDP_FULL;
+    return o->accumulate == FSDP_ACCUMULATE_LOCAL;
+}
+
+/* Rows move world x tokens x hidden activation-dtype values every micro-batch; dense reduces the whole
+ * token-embedding matrix in the reduce dtype, once per step under local accumulation. Rows win when
+ * the batch touches a small part of the vocabulary. */
 int fsdp_plan_embed_rows(const fsdp_model_config *cfg, const fsdp_train_options *o, int world) {
     if (o->master_dtype != FSDP_F32 || o->embed_grads == FSDP_EMBED_GRADS_DENSE) return 0;
+    int local = fsdp_plan_accumulate_local(o, world);
+    if (local && (o->strategy == FSDP_NO_SHARD || o->strategy == FSDP_HYBRID)) return 0;
     if (o->embed_grads == FSDP_EMBED_GRADS_ROWS) return 1;
-    double act = o->compute_dtype == FSDP_BF16 ? 2.0 : 4.0, red = o->reduce_dtype == FSDP_BF16 ? 2.0 : 4.0;
-    double rows_bytes = (double)world * o->mbs * o->seq * act;
+    double act = fsdp_dtype_info_of(o->compute_dtype)->bytes;
+    double red = fsdp_dtype_blockwise(o->reduce_dtype) ? 1.0 : fsdp_dtype_info_of(o->reduce_dtype)->bytes;
+    double rows_bytes = (double)world * o->mbs * o->seq * act * (local ? fsdp_plan_microbatches(o, world) : 1);
     double dense_bytes = (double)cfg->vocab_size * red;
     return rows_bytes <= dense_bytes / 2; /* margin for the scattered additions */
+}
+
+int fsdp_plan_check_embed_rows(const char *command, const fsdp_train_options *o, int world, fsdp_err *err) {
+    if (o->embed_grads != FSDP_EMBED_GRADS_ROWS) return 0;
+    if (o->master_dtype != FSDP_F32)
+        return fsdp_usagef(err, "%s: --embedding-grads rows needs --model-precision fp32 (fp32 gradient shards)",
+                           command);
+    if ((o->strategy == FSDP_NO_SHARD || o->strategy == FSDP_HYBRID) && fsdp_plan_accumulate_local(o, world))
+        return fsdp_usagef(err,
+                           "%s: --embedding-grads rows cannot go with %s's local accumulation (its replicas are "
+                           "all-reduced once per step, which would add every rank's rows again); use --accumulate "
+                           "sharded or --embedding-grads dense",
+                           command, fsdp_strategy_name(o->strategy));
+    return 0;
 }
 
 void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_options *o, int world, const int *order,
@@ -43,7 +79,10 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
     so->copy_engine_reductions = o->copy_engine_reductions;
     so->master_dtype = o->master_dtype;
     so->compute_dtype = o->compute_dtype;
+    so->grad_dtype = fsdp_plan_grad_dtype(o);
     so->reduce_dtype = o->reduce_dtype;
+    so->gather_dtype = o->gather_dtype;
+    so->accumulate_local = fsdp_plan_accumulate_local(o, world);
     so->order = order;
     so->order_len = order_len;
     so->pinned = pinned;

@@ -63,9 +63,22 @@ int fsdp_memory_plan_max_mbs(int seq);
  * are the order of a forward-only micro-batch (evaluation). malloc'ed. */
 void fsdp_plan_unit_order(const fsdp_model_config *cfg, const fsdp_layout *layout, int **order, int *order_len,
                           int **pinned);
+/* The unit gradient buffers' dtype (what the backward accumulates into): fp32 for an fp32
+ * reduction, bf16 for bf16, the compute dtype for a quantized one (int8). */
+fsdp_dtype fsdp_plan_grad_dtype(const fsdp_train_options *o);
+/* Micro-batches per optimizer step: --grad-accum, or --global-batch / (micro-batch x ranks). */
+int fsdp_plan_microbatches(const fsdp_train_options *o, int world);
+/* 1 when a step's gradients are accumulated on each rank and reduced once (--accumulate): more
+ * than one micro-batch per step, and local asked for, or auto with any strategy but FULL. */
+int fsdp_plan_accumulate_local(const fsdp_train_options *o, int world);
 /* 1 when the token-embedding gradient goes as rows (fsdp_engine_add_rows): --embedding-grads rows,
- * or auto when every rank's rows move fewer bytes than the dense matrix (fp32 master weights). */
+ * or auto when every rank's rows move fewer bytes than the dense matrix (fp32 master weights), never
+ * when replicas are all-reduced once per step (local accumulation with NO_SHARD or HYBRID: rows
+ * gathered over the world would be summed again by that all-reduce). */
 int fsdp_plan_embed_rows(const fsdp_model_config *cfg, const fsdp_train_options *o, int world);
+/* --embedding-grads rows where it cannot apply (bf16 master weights; NO_SHARD or HYBRID accumulating
+ * locally on `world` ranks): a usage error naming `command`. */
+int fsdp_plan_check_embed_rows(const char *command, const fsdp_train_options *o, int world, fsdp_err *err);
 /* The engine's options for `o`; order and pinned as fsdp_plan_unit_order made them. */
 void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_options *o, int world, const int *order,
                              int order_len, const int *pinned, fsdp_shard_options *out);

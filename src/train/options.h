@@ -11,6 +11,11 @@
 #include "../shard/engine.h"
 #include "data.h"
 
+/* How a step's micro-batches accumulate (--accumulate; src/shard/engine.h "accumulate_local"): auto is
+ * local for SHARD_GRAD_OP, NO_SHARD and HYBRID and sharded for FULL, whose local accumulation costs a
+ * full gradient buffer per unit. */
+typedef enum { FSDP_ACCUMULATE_AUTO = 0, FSDP_ACCUMULATE_LOCAL = 1, FSDP_ACCUMULATE_SHARDED = 2 } fsdp_accumulate;
+
 /* How the token-embedding gradient is reduced (--embedding-grads). */
 typedef enum { FSDP_EMBED_GRADS_AUTO = 0, FSDP_EMBED_GRADS_DENSE = 1, FSDP_EMBED_GRADS_ROWS = 2 } fsdp_embed_grads;
 
@@ -36,7 +41,10 @@ typedef struct {
     int warmup;
     uint64_t seed;
     /* precision and kernels */
-    fsdp_dtype master_dtype, compute_dtype, reduce_dtype;
+    fsdp_dtype master_dtype, compute_dtype;
+    fsdp_dtype reduce_dtype;    /* what gradient reductions send: fp32, bf16 or int8 (auto resolved) */
+    fsdp_dtype gather_dtype;    /* what parameter gathers send: compute_dtype, int8 or fp8 */
+    fsdp_accumulate accumulate;
     fsdp_attn attn;
     int head_chunk;             /* tokens per LM-head chunk, 0 = automatic */
     fsdp_embed_grads embed_grads;

@@ -89,6 +89,7 @@ static int create_engine_and_optimizer(fsdp_trainer *t, fsdp_err *err) {
     if (!t->eng) return -1;
     /* The optimizer's state beside the engine's shards (a forward-only run has none). */
     if (!t->opt.forward_only) t->optim = fsdp_optimizer_create(t->be, t->eng);
+    fsdp_engine_comm_minimum(t->eng, &t->comm_min);
     return 0;
 }
 
@@ -119,13 +120,14 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     memset(&bo, 0, sizeof bo);
     bo.kind = o->device;
     bo.act_dtype = o->compute_dtype;
-    bo.grad_dtype = o->reduce_dtype;
+    bo.grad_dtype = fsdp_plan_grad_dtype(o);
     bo.local_rank = t->topo.local_rank;
     bo.local_size = t->topo.local_size;
     bo.memory_limit = fsdp_fit_backend_limit(t);
     t->be = fsdp_backend_create(&bo, err);
     if (fsdp_agree(t->world, err)) return -1;
     fsdp_fit_choose(t, err); /* the micro-batch of --mbs auto, the accumulation of --global-batch */
+    if (!err->failed) fsdp_plan_check_embed_rows("train", o, t->topo.world, err);
     if (fsdp_agree(t->world, err)) return -1;
     if (fsdp_host_memory_check(t, err)) return -1;
 
@@ -262,6 +264,7 @@ typedef struct {
     double loss, grad_norm, lr, step_ms, comm_wait_ms, time_s;
     int skipped;
     double phase_ms[PHASES - 1]; /* between consecutive PHASE_* events */
+    fsdp_comm_bytes sent;        /* what this rank sent during the step */
 } step_result;
 
 /* A step whose loss or gradient norm is not finite changed nothing but the data position; too many
@@ -297,7 +300,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
 
     be->runtime->zero(be, t->dev_scalars, STEP_OWN_SCALARS * sizeof(float), be->compute);
-    fsdp_engine_begin_step(t->eng);
+    fsdp_engine_begin_step(t->eng, o->grad_accum);
     mark(t, 0, PHASE_START);
     for (int a = 0; a < o->grad_accum; a++) microbatch(t, a, grad_scale);
     fsdp_engine_wait_reductions(t->eng);
@@ -329,6 +332,8 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
         r->phase_ms[i] = be->runtime->event_elapsed_ms(be, t->phase[i], t->phase[i + 1]);
     r->lr = args.lr;
     r->step_ms = (fsdp_now() - t0) * 1e3;
+    /* The update just started the next step's first gathers: steady state counts one of each. */
+    fsdp_engine_take_comm_bytes(t->eng, &r->sent);
     t->step = step;
     t->samples_seen += (uint64_t)o->grad_accum * (uint64_t)o->mbs * (uint64_t)t->topo.world;
     return r->skipped ? skip_step(t, r, err) : (t->consecutive_skips = 0);
@@ -341,6 +346,16 @@ static void format_eta(double seconds, char *buf, size_t cap) {
     snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
 }
 
+/* {"all_gather": bytes, "reduce": ..., "all_reduce": ..., "rows": ..., "total": ...} */
+static json_t *comm_bytes_json(const fsdp_comm_bytes *c) {
+    json_t *v = json_object();
+    if (!v) return NULL;
+    for (int k = 0; k < FSDP_COMM_KINDS; k++)
+        json_object_set_new(v, fsdp_comm_kind_name((fsdp_comm_kind)k), json_integer((json_int_t)c->bytes[k]));
+    json_object_set_new(v, "total", json_integer((json_int_t)c->total));
+    return v;
+}
+
 static void report_step(fsdp_trainer *t, const step_result *r, double tps, double eta_s, const fsdp_eval_result *ev,
                         fsdp_err *err) {
     if (fsdp_rank() != 0) return;
@@ -351,10 +366,16 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
         if (ev) snprintf(eval, sizeof eval, " | eval loss %.4f | eval ppl %.2f", ev->loss, ev->ppl);
         int width = 1;
         for (int n = o->steps; n >= 10; n /= 10) width++;
-        fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/%s | %.1f ms | comm wait %.1f%%%s | "
+        char sent[64] = ""; /* the step's bytes beside the least its strategy needs */
+        if (t->topo.world > 1) {
+            double unit = t->comm_min.total >= 1e8 ? 1e9 : t->comm_min.total >= 1e5 ? 1e6 : 1e3;
+            snprintf(sent, sizeof sent, " | sent %.2f %s (min %.2f)", r->sent.total / unit,
+                     unit == 1e9 ? "GB" : unit == 1e6 ? "MB" : "kB", t->comm_min.total / unit);
+        }
+        fsdp_log("step %*d/%d | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s/%s | %.1f ms | comm wait %.1f%%%s%s | "
                  "ETA %s\n",
                  width, t->step, o->steps, r->loss, r->lr, r->grad_norm, tps, fsdp_trainer_per_what(t), r->step_ms,
-                 r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, eval, eta);
+                 r->step_ms > 0 ? 100.0 * r->comm_wait_ms / r->step_ms : 0.0, sent, eval, eta);
     }
     if (t->metrics) {
         const double *p = r->phase_ms;
@@ -367,7 +388,8 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
                                 fsdp_json_number(p[3]), "optimizer_ms", fsdp_json_number(p[4]), "samples_seen",
                                 (json_int_t)t->samples_seen, "skipped_steps", t->skipped_steps, "time_s",
                                 fsdp_json_number(r->time_s));
-        if (!rec) fsdp_fatal("out of host memory building a metrics record");
+        if (!rec || json_object_set_new(rec, "comm_bytes", comm_bytes_json(&r->sent)))
+            fsdp_fatal("out of host memory building a metrics record");
         fsdp_metrics_write(t->metrics, rec, err);
         json_decref(rec);
         if (ev) fsdp_eval_record(t, ev, err);
@@ -389,7 +411,11 @@ static json_t *summary_config(const fsdp_trainer *t) {
                             o->compute_dtype == FSDP_BF16 ? "bf16" : "no", "attn",
                             o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", "nodes", t->topo.num_nodes,
                             "ranks_per_node", t->topo.node_size);
-    if (!cfg || json_object_set_new(cfg, "recompute", json_string(fsdp_recompute_name(o->recompute))))
+    if (!cfg || json_object_set_new(cfg, "recompute", json_string(fsdp_recompute_name(o->recompute))) ||
+        json_object_set_new(cfg, "reduce_dtype", json_string(fsdp_dtype_name(o->reduce_dtype))) ||
+        json_object_set_new(cfg, "gather_dtype", json_string(fsdp_dtype_name(o->gather_dtype))) ||
+        json_object_set_new(cfg, "accumulate",
+                            json_string(fsdp_plan_accumulate_local(o, t->topo.world) ? "local" : "sharded")))
         fsdp_fatal("out of host memory building the metrics summary");
     return cfg;
 }
@@ -438,6 +464,12 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
                                 fsdp_json_number(t->be->peak_tflops > 0 ? tflops / t->be->peak_tflops : 0.0),
                                 "max_reserved_gib", fsdp_json_number(gib), "world_size", t->topo.world, "strategy",
                                 fsdp_strategy_name(o->strategy), "device", t->be->device_name);
+        fsdp_comm_bytes mean = t->comm_sum;
+        for (int k = 0; k < FSDP_COMM_KINDS; k++) mean.bytes[k] /= t->comm_steps > 0 ? t->comm_steps : 1;
+        mean.total /= t->comm_steps > 0 ? t->comm_steps : 1;
+        if (json_object_set_new(rec, "comm_bytes_per_step", comm_bytes_json(&mean)) ||
+            json_object_set_new(rec, "comm_bytes_min", comm_bytes_json(&t->comm_min)))
+            fsdp_fatal("out of host memory building the metrics summary");
         json_t *cfg = summary_config(t);
         if (!rec || json_object_update(rec, cfg) != 0) fsdp_fatal("out of host memory building the metrics summary");
         json_decref(cfg);
@@ -464,18 +496,28 @@ static void describe_run(fsdp_trainer *t) {
     fsdp_log("fsdp.c %s | model %s: %s, %.2f%s parameters\n", FSDP_VERSION, o->init_from ? o->init_from : o->model, model,
              params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
     fsdp_log("device %s x %d ranks | strategy %s (shard group %d, replica group %d) | %s master, %s compute, %s "
-             "reduce | attention %s | embedding gradient %s\n",
+             "reduce, %s gather | attention %s | embedding gradient %s\n",
              t->be->device_name, t->topo.world, fsdp_strategy_name(o->strategy), fsdp_engine_shard_size(t->eng),
              fsdp_engine_replica_size(t->eng), fsdp_dtype_name(o->master_dtype), fsdp_dtype_name(o->compute_dtype),
-             fsdp_dtype_name(o->reduce_dtype), o->attn == FSDP_ATTN_FLASH ? "flash" : "eager",
-             t->embed_rows ? "rows" : "dense");
+             fsdp_dtype_name(o->reduce_dtype), fsdp_dtype_name(o->gather_dtype),
+             o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", t->embed_rows ? "rows" : "dense");
     char dropout[160], data[1024];
     fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
     fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
     fsdp_data_describe(&t->data, data, sizeof data);
-    fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step | data %s | "
+    fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step%s | data %s | "
              "recompute %s | dropout %s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world,
-             o->seq, data, fsdp_recompute_name(o->recompute), dropout);
+             o->seq, o->grad_accum < 2 ? "" : fsdp_plan_accumulate_local(o, t->topo.world) ? " (accumulated locally, reduced once)"
+                                                                                   : " (reduced every micro-batch)",
+             data, fsdp_recompute_name(o->recompute), dropout);
+    if (t->topo.world > 1) {
+        fsdp_comm_bytes *m = &t->comm_min;
+        double unit = m->total >= 1e8 ? 1e9 : m->total >= 1e5 ? 1e6 : 1e3;
+        fsdp_log("network: at least %.3f %s sent per rank and step (all-gathers %.3f, reductions %.3f, replica "
+                 "all-reduces %.3f)\n", m->total / unit, unit == 1e9 ? "GB" : unit == 1e6 ? "MB" : "kB",
+                 m->bytes[FSDP_COMM_GATHER] / unit, m->bytes[FSDP_COMM_REDUCE] / unit,
+                 m->bytes[FSDP_COMM_REPLICA] / unit);
+    }
     if (o->epochs > 0)
         fsdp_log("epochs: %g of %llu samples = %d steps\n", o->epochs, (unsigned long long)t->data.samples, o->steps);
     if (o->eval_data) {
@@ -558,6 +600,9 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         if (t->step > t->first_step + 1 || o->steps - t->first_step == 1) {
             timed_s += r.step_ms / 1e3;
             timed_steps++;
+            for (int k = 0; k < FSDP_COMM_KINDS; k++) t->comm_sum.bytes[k] += r.sent.bytes[k];
+            t->comm_sum.total += r.sent.total;
+            t->comm_steps++;
         }
         fsdp_eval_result ev, *evaluated = NULL;
         if (o->eval_data && o->eval_every > 0 && t->step % o->eval_every == 0) {

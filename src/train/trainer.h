@@ -39,6 +39,9 @@ typedef struct {
     int *order, order_len; /* unit visiting order of one micro-batch */
     int *pinned;
     int embed_rows;        /* the embedding gradient goes as rows (fsdp_engine_add_rows), not dense */
+    fsdp_comm_bytes comm_min; /* the least a step sends per rank (fsdp_engine_comm_minimum) */
+    fsdp_comm_bytes comm_sum; /* what the timed steps sent, summed (the summary's mean) */
+    int comm_steps;
     fsdp_saver *saver;
     int skipped_steps, consecutive_skips; /* steps not applied: non-finite loss or gradients */
     int first_step;                       /* the step this run started from */
