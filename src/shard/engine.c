@@ -203,7 +203,9 @@ fsdp_shard_view fsdp_engine_view(const fsdp_engine *e, int unit) {
     size_t off = (size_t)s->offset;
     v.master = (char *)e->master + off * e->me;
     v.grad = e->grad ? (char *)e->grad + off * e->me : NULL; /* NULL: a forward-only engine */
-    v.working = (char *)e->working + off * e->ce;
+    /* Without a working copy (the compute copy is the master, or gathers read quantized shards) it is
+     * the master itself, which tells the update of the shards to write nothing else. */
+    v.working = e->mode.working_copy ? (char *)e->working + off * e->ce : v.master;
     v.offset = s->offset;
     v.start = (int64_t)e->shard_rank * s->shard_len;
     v.len = s->shard_len;
