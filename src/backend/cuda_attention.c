@@ -14,7 +14,7 @@
 #include "../kernels/ops_cuda.h"
 #include "cuda_internal.h"
 
-static size_t esize(fsdp_backend *be) { return be->act_dtype == FSDP_BF16 ? 2 : 4; }
+static size_t esize(fsdp_backend *be) { return fsdp_dtype_info_of(be->act_dtype)->bytes; }
 
 void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {

@@ -41,7 +41,11 @@ static int alignment(const void *p) {
     return a;
 }
 
-static cudaDataType_t cuda_type(int t) { return t == FSDP_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+/* cuBLASLt's name of each dtype (the fp8 rows are what FP8 products will take). */
+static const cudaDataType_t CUDA_TYPES[FSDP_DTYPE_COUNT] = {[FSDP_F32] = CUDA_R_32F, [FSDP_BF16] = CUDA_R_16BF,
+                                                           [FSDP_I8] = CUDA_R_8I, [FSDP_E4M3] = CUDA_R_8F_E4M3,
+                                                           [FSDP_E5M2] = CUDA_R_8F_E5M2};
+static cudaDataType_t cuda_type(int t) { return CUDA_TYPES[t]; }
 
 void fsdp_cuda_matmul_init(fsdp_backend *be) {
     matmul_cache *mc = fsdp_xcalloc(1, sizeof *mc, "the matmul cache");
@@ -135,7 +139,7 @@ static int tune(fsdp_backend *be, gemm_entry *e, const fsdp_gemm *g, cublasLtMat
     const void *C = g->C;
     void *D = g->D;
     if (in_place) {
-        size_t col = (size_t)k->ldd * (k->out_t == FSDP_BF16 ? 2 : 4);
+        size_t col = (size_t)k->ldd * fsdp_dtype_info_of((fsdp_dtype)k->out_t)->bytes;
         size_t fit = TUNE_SCRATCH_BYTES / col;
         if ((size_t)n > fit) n = (int)(fit / 128 * 128 > 0 ? fit / 128 * 128 : fit);
         make_layouts(k, n, &a, &b, &c, &d);

@@ -152,7 +152,7 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
                       long long *io_ns) {
     const ckpt_extent *e = &p->extents[ch->extent];
     int bf16 = p->host_dtype == FSDP_BF16;
-    size_t hsize = bf16 ? 2 : 4;
+    size_t hsize = fsdp_dtype_info_of(p->host_dtype)->bytes;
     char *host = e->host ? (char *)e->host + (size_t)ch->at * hsize : NULL;
     uint32_t *bits = bf16 || !host ? staging : (uint32_t *)host;
     /* For O_DIRECT the bytes are staged at the same offset within a block as in the file. */

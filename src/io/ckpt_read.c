@@ -196,7 +196,7 @@ static void plan(reader *rd, const fsdp_ckpt_piece **by_tensor, const int64_t *a
     int cap = nslots * (2 * size + 2) + 1;
     rd->extents = fsdp_xcalloc((size_t)cap, sizeof *rd->extents, "checkpoint read plan");
     rd->slow = fsdp_xcalloc((size_t)cap, sizeof *rd->slow, "checkpoint read plan");
-    size_t hsize = rd->host_dtype == FSDP_BF16 ? 2 : 4;
+    size_t hsize = fsdp_dtype_info_of(rd->host_dtype)->bytes;
     for (int t = 0; t < rd->num_tensors; t++)
         for (int k = 0; k < NUM_KINDS; k++) {
             const fsdp_ckpt_piece *p = by_tensor[t];

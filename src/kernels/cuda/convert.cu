@@ -63,7 +63,7 @@ extern "C" void fsdp_cuda_cast(void *dst, fsdp_dtype dst_t, const void *src, fsd
                                cudaStream_t s) {
     if (n == 0 || (dst == src && dst_t == src_t)) return;
     if (dst_t == src_t) {
-        cudaError_t e = cudaMemcpyAsync(dst, src, n * (dst_t == FSDP_BF16 ? 2 : 4), cudaMemcpyDeviceToDevice, s);
+        cudaError_t e = cudaMemcpyAsync(dst, src, n * fsdp_dtype_info_of(dst_t)->bytes, cudaMemcpyDeviceToDevice, s);
         if (e != cudaSuccess) fsdp_fatal("kernel cast failed to launch: cudaMemcpyAsync: %s", cudaGetErrorString(e));
         return;
     }
