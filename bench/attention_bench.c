@@ -44,11 +44,6 @@ static void *rand_bf16_dev(size_t n) {
     return d;
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct {
     void *out, *dout, *qkv, *dqkv;
     float *lse, *scratch;
@@ -64,26 +59,11 @@ static void run_bwd(const shape *s) {
                              FSDP_BF16, s->scratch, 0);
 }
 
-/* Median milliseconds of REPS runs of fn. */
+/* Median milliseconds of REPS runs of fn (bench_cuda.h). */
 static float time_ms(void (*fn)(const shape *), const shape *s) {
-    cudaEvent_t e0, e1;
-    float ms[REPS];
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < WARMUP; i++) fn(s);
-    CK(cudaDeviceSynchronize());
-    for (int i = 0; i < REPS; i++) {
-        CK(cudaEventRecord(e0, 0));
-        fn(s);
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms[i], e0, e1));
-    }
-    CK(cudaGetLastError());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    qsort(ms, REPS, sizeof(float), cmp_float);
-    return 0.5f * (ms[REPS / 2 - 1] + ms[REPS / 2]);
+    float ms;
+    BENCH_MEDIAN_MS(fn(s), ms);
+    return ms;
 }
 
 static void bench(int B, int T, int Hq, int Hkv, int D, double p) {

@@ -27,14 +27,6 @@ int main(void) {
 #include "kernels/ops_cuda.h"
 
 
-static uint64_t g_rng = 0x853c49e6748fea9bull;
-static float rnd_sym(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
 
 /* n elements of t on the device, random in (-1, 1) (plus 1 when `one`: norm weights). */
 static void *dev_rand(size_t n, fsdp_dtype t, int one) {
@@ -45,7 +37,7 @@ static void *dev_rand(size_t n, fsdp_dtype t, int one) {
         exit(1);
     }
     for (size_t i = 0; i < n; i++) {
-        const float v = rnd_sym() + (one ? 1.0f : 0.0f);
+        const float v = bench_uniform_sym() + (one ? 1.0f : 0.0f);
         if (t == FSDP_BF16)
             ((uint16_t *)h)[i] = fsdp_f32_to_bf16(v);
         else
@@ -55,11 +47,6 @@ static void *dev_rand(size_t n, fsdp_dtype t, int one) {
     CK(cudaMemcpy(d, h, n * es, cudaMemcpyHostToDevice));
     free(h);
     return d;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
 }
 
 typedef struct {
@@ -111,26 +98,11 @@ static void unfused_bwd(const bench_case *k) {
     fsdp_cuda_dropout_backward(k->dx, k->dinp, k->N, k->T, k->C, k->drop, FSDP_BF16, 0);
 }
 
-/* Median milliseconds of REPS runs of fn. */
+/* Median milliseconds of REPS runs of fn (bench_cuda.h). */
 static float time_ms(void (*fn)(const bench_case *), const bench_case *k) {
-    cudaEvent_t e0, e1;
-    float ms[REPS];
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < WARMUP; i++) fn(k);
-    CK(cudaDeviceSynchronize());
-    for (int i = 0; i < REPS; i++) {
-        CK(cudaEventRecord(e0, 0));
-        fn(k);
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms[i], e0, e1));
-    }
-    CK(cudaGetLastError());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    qsort(ms, REPS, sizeof(float), cmp_float);
-    return 0.5f * (ms[REPS / 2 - 1] + ms[REPS / 2]);
+    float ms;
+    BENCH_MEDIAN_MS(fn(k), ms);
+    return ms;
 }
 
 static void line(const char *what, float ms, double rows_passes, const bench_case *k, float ref_ms) {

@@ -18,30 +18,6 @@
 #include "bench_cuda.h"
 #include "kernels/cuda_scratch.h"
 #include "kernels/ops_cuda.h"
-
-
-static cudaEvent_t g_e0, g_e1;
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define TIME_MS(stmt, out_ms)                                                                                \
-    do {                                                                                                     \
-        float t_[REPS];                                                                                      \
-        for (int w_ = 0; w_ < WARMUP; w_++) stmt;                                                            \
-        for (int r_ = 0; r_ < REPS; r_++) {                                                                  \
-            CK(cudaEventRecord(g_e0, 0));                                                                    \
-            stmt;                                                                                            \
-            CK(cudaEventRecord(g_e1, 0));                                                                    \
-            CK(cudaEventSynchronize(g_e1));                                                                  \
-            CK(cudaEventElapsedTime(&t_[r_], g_e0, g_e1));                                                   \
-        }                                                                                                    \
-        qsort(t_, REPS, sizeof(float), cmp_float);                                                           \
-        (out_ms) = 0.5f * (t_[REPS / 2 - 1] + t_[REPS / 2]);                                                 \
-    } while (0)
-
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
 static float rnd_sym(void) { /* splitmix64, fixed seed: uniform (-1, 1) */
     uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
@@ -107,13 +83,13 @@ static void bench_norms(int N, int C) {
     snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
     /* Bytes: forward reads x, writes y (bf16) and the row statistics; backward reads x, dout, dinp
      * and writes dinp (the weight and row-statistic reads are small). */
-    TIME_MS(fsdp_cuda_rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f, A, 0), ms);
+    BENCH_MEDIAN_MS(fsdp_cuda_rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f, A, 0), ms);
     line_gbs("rmsnorm_forward", shape, ms, nc * 4.0 + N * 4.0);
-    TIME_MS(fsdp_cuda_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, A, G, scratch, 0), ms);
+    BENCH_MEDIAN_MS(fsdp_cuda_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, A, G, scratch, 0), ms);
     line_gbs("rmsnorm_backward", shape, ms, nc * 8.0 + N * 4.0);
-    TIME_MS(fsdp_cuda_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f, A, 0), ms);
+    BENCH_MEDIAN_MS(fsdp_cuda_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f, A, 0), ms);
     line_gbs("layernorm_forward", shape, ms, nc * 4.0 + N * 8.0);
-    TIME_MS(fsdp_cuda_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, A, G, scratch, 0), ms);
+    BENCH_MEDIAN_MS(fsdp_cuda_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, A, G, scratch, 0), ms);
     line_gbs("layernorm_backward", shape, ms, nc * 8.0 + N * 8.0);
     CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(b)); CK(cudaFree(y)); CK(cudaFree(dy)); CK(cudaFree(dx));
     CK(cudaFree(dw)); CK(cudaFree(db)); CK(cudaFree(mean)); CK(cudaFree(rstd)); CK(cudaFree(scratch));
@@ -130,9 +106,9 @@ static void bench_flash(int B, int T, int Hq, int Hkv, int D) {
     float *scratch = dalloc(fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D) + 16);
     const double fwd_flops = 2.0 * B * Hq * (double)T * T * D;
     snprintf(shape, sizeof shape, "B=%d T=%d H=%d/%d D=%d", B, T, Hq, Hkv, D);
-    TIME_MS(fsdp_cuda_flash_forward(out, lse, qkv, B, T, Hq, Hkv, D, NULL, A, 0), ms);
+    BENCH_MEDIAN_MS(fsdp_cuda_flash_forward(out, lse, qkv, B, T, Hq, Hkv, D, NULL, A, 0), ms);
     line_tflops("flash_forward", shape, ms, fwd_flops);
-    TIME_MS(fsdp_cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, NULL, A, scratch, 0), ms);
+    BENCH_MEDIAN_MS(fsdp_cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, NULL, A, scratch, 0), ms);
     line_tflops("flash_backward", shape, ms, 2.5 * fwd_flops);
     CK(cudaFree(qkv)); CK(cudaFree(out)); CK(cudaFree(dout)); CK(cudaFree(dqkv)); CK(cudaFree(lse));
     CK(cudaFree(scratch));
@@ -147,8 +123,6 @@ int main(void) {
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("kernels_bench on %s: Llama-3.2-1B shapes, act=bf16, grads=f32, median of %d runs\n", prop.name, REPS);
-    CK(cudaEventCreate(&g_e0));
-    CK(cudaEventCreate(&g_e1));
     bench_norms(4 * 2048, 2048);
     bench_flash(4, 2048, 32, 8, 64);
     bench_flash(4, 2048, 16, 4, 128); /* the D = 128 tensor-core variants */

@@ -28,19 +28,6 @@ int main(void) {
 
 #define ELEMENTS ((size_t)64 << 20)
 
-static uint64_t g_rng = 0x853c49e6748fea9bull;
-static float rnd_sym(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 /* The buffers of one run: the bf16 tensor and an fp32 one, the quantized pieces, a second bf16
  * tensor (dequantize's output, memcpy's destination) and the fp32 shard. */
@@ -70,26 +57,11 @@ static void run_memcpy(const bench_case *k) {
     CK(cudaMemcpyAsync(k->bf16_out, k->bf16, ELEMENTS * 2, cudaMemcpyDeviceToDevice, 0));
 }
 
-/* Median milliseconds of REPS runs of fn. */
+/* Median milliseconds of REPS runs of fn (bench_cuda.h). */
 static float time_ms(void (*fn)(const bench_case *), const bench_case *k) {
-    cudaEvent_t e0, e1;
-    float ms[REPS];
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < WARMUP; i++) fn(k);
-    CK(cudaDeviceSynchronize());
-    for (int i = 0; i < REPS; i++) {
-        CK(cudaEventRecord(e0, 0));
-        fn(k);
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms[i], e0, e1));
-    }
-    CK(cudaGetLastError());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    qsort(ms, REPS, sizeof(float), cmp_float);
-    return 0.5f * (ms[REPS / 2 - 1] + ms[REPS / 2]);
+    float ms;
+    BENCH_MEDIAN_MS(fn(k), ms);
+    return ms;
 }
 
 static double gbps(double bytes, float ms) { return bytes / (ms * 1e-3) / 1e9; }
@@ -138,7 +110,7 @@ int main(void) {
         fprintf(stderr, "quantize_bench: out of host memory\n");
         return 1;
     }
-    for (size_t i = 0; i < ELEMENTS; i++) hf[i] = rnd_sym(), h[i] = fsdp_f32_to_bf16(hf[i]);
+    for (size_t i = 0; i < ELEMENTS; i++) hf[i] = bench_uniform_sym(), h[i] = fsdp_f32_to_bf16(hf[i]);
     bench_case k = {FSDP_I8,          2, ELEMENTS / 2, dev(ELEMENTS * 2), dev(ELEMENTS * 4),
                     dev(fsdp_dtype_piece_bytes(FSDP_I8, ELEMENTS) + 4096), dev(ELEMENTS * 2), dev(ELEMENTS / 2 * 4)};
     CK(cudaMemcpy(k.bf16, h, ELEMENTS * 2, cudaMemcpyHostToDevice));

@@ -44,6 +44,16 @@ static inline void *xmalloc(size_t bytes) {
 }
 static inline float *hmalloc(size_t n) { return xmalloc(n * sizeof(float)); }
 
+/* Device memory (16 bytes for a request of 0, so every buffer is a real pointer), and its release. */
+static inline void *dmalloc(size_t bytes) {
+    void *p = NULL;
+    CK(cudaMalloc(&p, bytes ? bytes : 16));
+    return p;
+}
+static inline void dfree(void *p) {
+    if (p) CK(cudaFree(p));
+}
+
 /* n values uniform in (-a, a), as representable in t. */
 static inline float *hrand(size_t n, float a, fsdp_dtype t) {
     float *p = hmalloc(n);

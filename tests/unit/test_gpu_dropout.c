@@ -56,7 +56,7 @@ static dbuf dalloc(size_t n, fsdp_dtype t, size_t pad) {
     b.p = (char *)b.base + pad * esz(t);
     return b;
 }
-static void dfree(dbuf *b) {
+static void dbuf_free(dbuf *b) {
     if (b->base) CK(cudaFree(b->base));
     b->base = b->p = NULL;
 }
@@ -149,7 +149,7 @@ static void test_residual(fsdp_dtype t, int B, int T, int C, size_t pad, double 
     fsdp_cuda_residual_dropout_forward(dout.p, dres.p, dx.p, N, T, C, &z, t, 0);
     check_vals("residual_dropout_forward p=0", &dout, ref, tol(t, 0));
     free(res), free(x), free(ref), free(zero), free(one);
-    dfree(&dres), dfree(&dx), dfree(&dout);
+    dbuf_free(&dres), dbuf_free(&dx), dbuf_free(&dout);
 }
 
 /* ---- the norms with the dropout fused ------------------------------------------------------------ */
@@ -218,7 +218,7 @@ static void test_norm_dropout(const norm_case *k) {
         gpu_norm_fwd(k, &d1, &dro2, &dout2, dmean.p, drstd.p, &dres, &dx, &dw, &db, k->B - 1, (size_t)k->T);
         check_same("fused forward res_out, 1 + (B-1) samples", &dro, &dro2);
         check_same("fused forward out, 1 + (B-1) samples", &dout, &dout2);
-        dfree(&dro2), dfree(&dout2);
+        dbuf_free(&dro2), dbuf_free(&dout2);
     }
 
     /* Backward: dinp accumulates onto random values; dx is keep' dinp. The CPU uses its own
@@ -267,7 +267,7 @@ static void test_norm_dropout(const norm_case *k) {
     free(res), free(x), free(w), free(b), free(ref_res), free(ref_out), free(mean), free(rstd);
     free(dy), free(dinp0), free(dw0), free(db0), free(ref_dinp), free(ref_dw), free(ref_db), free(ref_dx);
     dbuf *all[] = {&dres, &dx, &dw, &db, &dro, &dout, &dmean, &drstd, &ddy, &ddinp, &ddw, &ddb, &ddx};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dfree(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
 }
 
 int main(void) {

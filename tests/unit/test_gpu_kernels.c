@@ -41,14 +41,6 @@ static void round_if(float *x, size_t n, fsdp_dtype t) {
 
 static const char *dn(fsdp_dtype t) { return t == FSDP_BF16 ? "bf16" : "f32"; }
 
-static void *dmalloc(size_t bytes) {
-    void *p = NULL;
-    CK(cudaMalloc(&p, bytes ? bytes : 16));
-    return p;
-}
-static void dfree(void *p) {
-    if (p) CK(cudaFree(p));
-}
 static void *offset(void *p, size_t elems, fsdp_dtype t) { return (char *)p + elems * esz(t); }
 
 static void *dcopy(const float *h, size_t n, fsdp_dtype t) {

@@ -38,14 +38,6 @@ static const fsdp_dtype PLAIN[2] = {FSDP_F32, FSDP_BF16};
 
 /* ---- device buffers --------------------------------------------------------------------------------- */
 
-static void *dmalloc(size_t bytes) {
-    void *p = NULL;
-    CK(cudaMalloc(&p, bytes ? bytes : 16));
-    return p;
-}
-static void dfree(void *p) {
-    if (p) CK(cudaFree(p));
-}
 static void *dbytes(const void *h, size_t bytes) {
     void *d = dmalloc(bytes);
     CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
