@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/fault.h"
 #include "base/host_threads.h"
+#include "base/watchdog.h"
 #include "cli/commands.h"
 
 typedef struct {
@@ -35,6 +37,10 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    /* Every rank waits inside MPI's start-up for the others to join, before any wait of fsdp.c is
+     * bounded: a rank that never joins must not hold the job there until its time limit. */
+    fsdp_startup_watchdog_arm("MPI start-up, which ends once every rank of the job has joined (MPI_Init_thread)");
+    fsdp_fault_startup();
     int provided = 0;
     if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "fsdp: error: MPI_Init_thread failed\n");
@@ -46,7 +52,8 @@ int main(int argc, char **argv) {
     fsdp_set_rank(rank, world);
     /* Errors in MPI calls come back as codes so that FSDP_CHECK_MPI can name the call and rank. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    fsdp_share_host_threads(MPI_COMM_WORLD);
+    fsdp_share_host_threads(MPI_COMM_WORLD); /* the first collective: still start-up */
+    fsdp_startup_watchdog_disarm();
 
     int status;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

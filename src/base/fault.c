@@ -11,6 +11,7 @@
 
 #include "env.h"
 #include "error.h"
+#include "watchdog.h"
 
 typedef enum {
     FAULT_NONE, FAULT_EXIT, FAULT_KILL, FAULT_HANG, FAULT_NAN, FAULT_NANLOSS, FAULT_POISON,
@@ -61,7 +62,7 @@ static void parse(void) {
         if (sscanf(text, "%15[a-z0-9]:%d:%47[a-z@-]%n", rank, &first, mode, &used) != 3) bad_value(text, "malformed");
         last = first;
     }
-    if (text[used] || first < 1 || last < first) bad_value(text, "malformed step");
+    if (text[used] || first < 0 || last < first) bad_value(text, "malformed step");
     char *end = NULL;
     if (!strcmp(rank, "all"))
         g_fault.rank = -1;
@@ -69,6 +70,8 @@ static void parse(void) {
         bad_value(text, "RANK must be a rank number or 'all'");
     g_fault.first = first, g_fault.last = last;
     parse_mode(text, mode);
+    if (first == 0 && (last != 0 || g_fault.mode < FAULT_EXIT || g_fault.mode > FAULT_HANG))
+        bad_value(text, "STEP 0 (start-up) is a step of its own and takes exit, kill or hang");
 }
 
 static int applies(int step, fault_mode lo, fault_mode hi) {
@@ -91,6 +94,23 @@ void fsdp_fault_point(int step) {
     announce(MODE_NAMES[g_fault.mode], step);
     switch (g_fault.mode) {
     case FAULT_EXIT: fsdp_fatal("injected failure at step %d (FSDP_TEST_FAIL)", step);
+    case FAULT_KILL: raise(SIGKILL); break;
+    case FAULT_HANG: stall();
+    default: break;
+    }
+}
+
+void fsdp_fault_startup(void) {
+    pthread_once(&g_once, parse);
+    int rank = fsdp_startup_rank() < 0 ? 0 : fsdp_startup_rank(); /* no launcher: a singleton, rank 0 */
+    if (g_fault.mode < FAULT_EXIT || g_fault.mode > FAULT_HANG || g_fault.first != 0 ||
+        (g_fault.rank >= 0 && g_fault.rank != rank))
+        return;
+    fprintf(stderr, "fsdp: rank %d: FSDP_TEST_FAIL: injecting '%s' at start-up (before MPI_Init_thread)\n", rank,
+            MODE_NAMES[g_fault.mode]);
+    fflush(stderr);
+    switch (g_fault.mode) {
+    case FAULT_EXIT: fsdp_fatal("injected failure at start-up (FSDP_TEST_FAIL)");
     case FAULT_KILL: raise(SIGKILL); break;
     case FAULT_HANG: stall();
     default: break;

@@ -1,7 +1,9 @@
 /* Deliberate failures, to test that the others ranks stop, that bad steps are skipped and that
  * checkpoint I/O failures are ordinary errors (tests/scripts/rank_failure.py, ckpt_*.py).
  *
- * FSDP_TEST_FAIL="RANK:STEP:MODE": RANK is a rank number or "all"; STEP a step N or a range N-M.
+ * FSDP_TEST_FAIL="RANK:STEP:MODE": RANK is a rank number or "all"; STEP a step N or a range N-M, or 0:
+ *   start-up, before MPI_Init_thread (exit, kill and hang only; RANK as the launcher numbers it), so
+ *   that a rank can stall while the others wait for it inside MPI's start-up.
  *   exit       a fatal error in the middle of the step (after the first micro-batch's forward
  *              pass, with collectives of the step in flight), as a failed CUDA/NCCL/MPI call;
  *   kill       SIGKILL there, as the kernel's out-of-memory killer would send;
@@ -27,6 +29,8 @@ typedef enum { FSDP_CKPT_AT_CREATE, FSDP_CKPT_AT_WRITE, FSDP_CKPT_AT_COMMIT, FSD
 
 /* Mid-step: exit, kill or hang. */
 void fsdp_fault_point(int step);
+/* Start-up (STEP 0), before MPI_Init_thread: exit, kill or hang. */
+void fsdp_fault_startup(void);
 /* Bits of what to make non-finite on this rank at `step`: 1 the gradients, 2 the loss. */
 int fsdp_fault_nonfinite(int step);
 /* 1 when a master weight of this rank should be poisoned after the update of `step`. */

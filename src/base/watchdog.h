@@ -25,6 +25,18 @@ void fsdp_mpi_allreduce(void *buf, int count, MPI_Datatype type, MPI_Op op, MPI_
 /* Sleeps `us` microseconds (the polling back-off shared by the backends). */
 void fsdp_sleep_us(long us);
 
+/* Start-up. MPI_Init_thread returns only once every rank of the job has joined, so a rank that
+ * stalls before joining would hold the others in it forever, before any wait above exists. Armed
+ * before MPI_Init_thread, this watchdog ends the process after FSDP_SYNC_TIMEOUT seconds unless
+ * disarmed first, with one line naming the rank (as the launcher numbered it: Open MPI, PMIx, PMI,
+ * SLURM), the host and `what` it waited for, and exit status 1. While armed, a SIGTERM (the launcher
+ * stopping the job after another rank ended) also ends it with one line, by that signal. Not
+ * thread-safe: called by the main thread only, around MPI's start-up. */
+void fsdp_startup_watchdog_arm(const char *what);
+void fsdp_startup_watchdog_disarm(void);
+/* This process's rank as the launcher's environment gives it, before MPI can say; -1 without one. */
+int fsdp_startup_rank(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,5 @@
 /* `fsdp eval`: flags -> a forward-only run over a token file (src/train/eval.h). */
+#include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 #include "../base/error.h"
 #include "../io/checkpoint.h"
 #include "../train/eval.h"
+#include "../train/run_outputs.h"
 #include "commands.h"
 
 static const char *const PRECISIONS[] = {"fp32", "bf16", NULL};
@@ -44,7 +46,7 @@ int fsdp_cmd_eval(int argc, char **argv) {
     const char *init_from = NULL, *checkpoint = NULL, *data = NULL, *metrics = NULL, *mbs_text = "4";
     const char *strategy = "FULL", *device = "auto", *model_precision = "fp32", *mixed_precision = "bf16";
     const char *attn = "flash", *packing = "auto";
-    int seq = 1024, ranks_per_node = 0, prefetch = 1, max_live = 2, head_chunk = 0;
+    int seq = 1024, ranks_per_node = 0, prefetch = 1, max_live = 2, head_chunk = 0, allow_longer_seq = 0;
     fsdp_arg args[] = {
         {"init-from", FSDP_ARG_STRING, &init_from, "DIR|FILE",
          "The model: a Hugging Face model directory (config.json and safetensors; its tokenizer.json, if any, must "
@@ -55,6 +57,9 @@ int fsdp_cmd_eval(int argc, char **argv) {
          NULL, 0},
         {"seq", FSDP_ARG_INT, &seq, "N", "Sequence length: windows of N + 1 tokens, or examples truncated to them.", 1,
          1 << 20, NULL, 0},
+        {"allow-longer-seq", FSDP_ARG_BOOL, &allow_longer_seq, NULL,
+         "Accept a --seq beyond the model's max_position_embeddings (rotary positions only), as fsdp train does.", 1,
+         0, NULL, 0},
         {"mbs", FSDP_ARG_STRING, &mbs_text, "N", "Samples per rank in each forward pass.", 1, 0, NULL, 0},
         {"packing", FSDP_ARG_CHOICE, &packing, "P",
          "How documents become samples: stream (joined with EOS, cut into windows), pad (one example per sample, "
@@ -106,6 +111,7 @@ int fsdp_cmd_eval(int argc, char **argv) {
     o.data = data;
     o.seq = seq;
     o.seq_given = fsdp_args_find(&spec, "seq")->seen; /* else --seq may shrink to the model's length */
+    o.allow_longer_seq = allow_longer_seq;
     o.grad_accum = 1;
     o.steps = 0;
     o.packing = !strcmp(packing, "stream") ? FSDP_PACK_STREAM : !strcmp(packing, "pad") ? FSDP_PACK_PAD : FSDP_PACK_AUTO;
@@ -124,6 +130,6 @@ int fsdp_cmd_eval(int argc, char **argv) {
     o.synthetic_vocab = 1;
     o.log_every = 1;
     o.forward_only = 1;
-    if (fsdp_eval_run(&o, &err)) fsdp_exit_error(&err, 0);
+    if (fsdp_run_outputs_apart(MPI_COMM_WORLD, &o, &err) || fsdp_eval_run(&o, &err)) fsdp_exit_error(&err, 0);
     return 0;
 }

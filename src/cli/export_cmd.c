@@ -18,7 +18,8 @@ static const char EPILOGUE[] =
     "Writes what transformers' AutoModelForCausalLM.from_pretrained(DIR) loads: config.json, generation_config.json\n"
     "and the weights under Hugging Face names, as model.safetensors or, beyond --max-shard-size, as\n"
     "model-00001-of-0000N.safetensors files with model.safetensors.index.json. Launched with mpirun, every rank\n"
-    "reads and writes its own part of every tensor. Files appear under their final names only once complete.\n"
+    "reads and writes its own part of every tensor, into a directory beside DIR that replaces DIR in one rename\n"
+    "once complete (a reader sees the old model or the new one); one export at a time holds DIR's lock.\n"
     "  mpirun -np 4 fsdp export --checkpoint ckpt --out llama-finetuned\n"
     "  fsdp export --checkpoint ckpt/step-00000450.h5 --out opt-fp32 --dtype fp32\n"
     "  fsdp export --model llama-2-7b --out random-7b        # fsdp.c's initial weights for --seed\n"
@@ -76,7 +77,7 @@ int fsdp_cmd_export(int argc, char **argv) {
          "Largest weight file before the weights are split into several, as save_pretrained's max_shard_size: 5GB = "
          "5e9 bytes, 500MB, 2GiB, or bytes; 0 = always one file.", 1, 0, NULL, 0},
         {"force", FSDP_ARG_BOOL, &force, NULL,
-         "Replace a model already in --out (its weight files that the export does not rewrite are removed).", 1, 0,
+         "Replace a model already in --out (all of it, in one switch; files that are not the model are kept).", 1, 0,
          NULL, 0},
     };
     fsdp_arg_spec spec = {"export", "Export a model as a Hugging Face model directory (safetensors) for transformers.",

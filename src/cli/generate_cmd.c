@@ -4,14 +4,20 @@
  * One process: under mpirun with more than one rank it refuses (every rank would load the whole
  * model to write the same text). Standard output carries only the text (or, with --print-ids, the
  * new ids); what was loaded and the speed go to standard error. */
+#include <errno.h>
+#include <fcntl.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../base/args.h"
 #include "../base/error.h"
+#include "../base/files.h"
+#include "../base/output_paths.h"
+#include "../io/export_dir.h"
 #include "../io/generation_config.h"
 #include "../text/stream.h"
 #include "../text/tokenizer.h"
@@ -81,15 +87,19 @@ static int parse_ids(const char *text, int32_t **out, int *n, fsdp_err *err) {
 
 static char *read_file(const char *path, size_t *len, fsdp_err *err) {
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fsdp_errf(err, "--prompt-file %s: %s", path, stat(path, &st) ? "no such file" : "not a regular file");
+    /* Opened without blocking: a FIFO named here must be refused, not waited on. */
+    int fd = fsdp_open_regular(path, O_RDONLY, 0, "--prompt-file", err);
+    if (fd < 0) return NULL;
+    FILE *f = fstat(fd, &st) == 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        fsdp_errf(err, "--prompt-file %s: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
-    FILE *f = fopen(path, "rb");
     char *buf = fsdp_xmalloc((size_t)st.st_size + 1, "the prompt");
-    if (!f || fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+    if (fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
         fsdp_errf(err, "--prompt-file %s: cannot be read", path);
-        if (f) fclose(f);
+        fclose(f);
         free(buf);
         return NULL;
     }
@@ -271,6 +281,13 @@ int fsdp_cmd_generate(int argc, char **argv) {
     else if (fsdp_args_find(&spec, "top-p")->seen && f.top_p <= 0.0)
         fsdp_usagef(&err, "--top-p must be in (0, 1]");
     if (err.failed) fsdp_exit_error(&err, 0);
+    /* What generate writes, standard output, is none of what it reads (`>> config.json` would
+     * append text to the model it loads): base/output_paths.h. */
+    fsdp_io_path writes[] = {FSDP_IO_STREAM("standard output", STDOUT_FILENO)};
+    fsdp_io_path reads[] = {FSDP_IO_DIR("--init-from", f.init_from, fsdp_model_dir_reads),
+                            FSDP_IO_DIR("--checkpoint", f.checkpoint, NULL), FSDP_IO_FILE("--tokenizer", f.tokenizer),
+                            FSDP_IO_FILE("--prompt-file", f.prompt_file)};
+    if (fsdp_outputs_apart(writes, 1, reads, (int)(sizeof reads / sizeof reads[0]), &err)) fsdp_exit_error(&err, 0);
 
     fsdp_model_source src;
     if (fsdp_model_source_resolve(f.init_from, f.checkpoint, &src, &err)) fsdp_exit_error(&err, 0);

@@ -79,7 +79,7 @@ int fsdp_cmd_prepare(int argc, char **argv) {
          1024, NULL, 0},
         {"max-memory", FSDP_ARG_INT, &max_memory, "MB",
          "Bound on the memory the documents in flight take, beyond the tokenizer itself; one document must fit "
-         "in a twelfth of it.", 12, 1 << 20, NULL, 0},
+         "in a 64th of it.", 12, 1 << 20, NULL, 0},
         {"no-special", FSDP_ARG_BOOL, &no_special, NULL,
          "Do not add the post-processor's special tokens (BOS) to documents and prompts.", 1, 0, NULL, 0},
         {"eos-token", FSDP_ARG_STRING, &eos, "TOKEN",

@@ -3,9 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../base/args.h"
 #include "../base/error.h"
+#include "../base/output_paths.h"
 #include "../io/jsonio.h"
 #include "../text/tokenizer.h"
 #include "commands.h"
@@ -119,6 +121,11 @@ int fsdp_cmd_tokenize(int argc, char **argv) {
         fsdp_usagef(&err, "tokenize: --tokenizer FILE is required");
         fsdp_exit_error(&err, 0);
     }
+    /* Standard output is never a file tokenize reads: `< f >> f` would read what it appends, for
+     * ever (base/output_paths.h). */
+    fsdp_io_path writes[] = {FSDP_IO_STREAM("standard output", STDOUT_FILENO)};
+    fsdp_io_path reads[] = {FSDP_IO_FILE("--tokenizer", path), FSDP_IO_STREAM("standard input", STDIN_FILENO)};
+    if (fsdp_outputs_apart(writes, 1, reads, 2, &err)) fsdp_exit_error(&err, 0);
     fsdp_tokenizer *tok = fsdp_tokenizer_load(path, &err);
     if (!tok) fsdp_exit_error(&err, 0);
     session s = {tok, fsdp_tokenizer_state_new(tok), !no_special, skip_special, json};

@@ -65,6 +65,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     double memory_limit_gib = 0.0;
     int warmup = 0, synthetic_vocab = 1000, ckpt_every = 0, keep = 0, log_every = 1, head_chunk = 0;
     int overwrite = 0, max_skipped = 5, allow_longer_seq = 0;
+    int rollback = 0, allow_data_change = 0, allow_config_change = 0;
     int64_t seed = 42;
     double lr = 5e-5, min_lr = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, clip = 1.0;
 
@@ -186,6 +187,18 @@ int fsdp_cmd_train(int argc, char **argv) {
          "Continue from a checkpoint (verified against its checksums); auto = the one 'latest' names in --ckpt-dir, "
          "else its newest step file that verifies, or a fresh start when it has none. Any number of ranks and any "
          "strategy can resume any checkpoint.", 1, 0, NULL, 0},
+        {"rollback", FSDP_ARG_BOOL, &rollback, NULL,
+         "With --resume FILE older than the newest checkpoint of --ckpt-dir: move the newer ones (and 'latest' when "
+         "it names one) aside into --ckpt-dir/rolled-back-<time>/ and continue from FILE (without it such a resume "
+         "is refused; nothing is deleted).", 0, 0, NULL, 0},
+        {"allow-data-change", FSDP_ARG_BOOL, &allow_data_change, NULL,
+         "Resume on data whose tokenizer, vocabulary or source (synthetic or a token file) differs from what the "
+         "checkpoint was trained on (a fine-tune continuing on new data; without it such a resume is refused).", 0, 0,
+         NULL, 0},
+        {"allow-config-change", FSDP_ARG_BOOL, &allow_config_change, NULL,
+         "Resume under config values that change the computation (rope_theta, rope_scaling, rms_norm_eps, dropout "
+         "rates, eos/pad token ids) other than the checkpoint's (without it such a resume is refused).", 0, 0, NULL,
+         0},
         {"overwrite", FSDP_ARG_BOOL, &overwrite, NULL,
          "Start a new run in a --ckpt-dir that holds another run's checkpoints, deleting them (without it such a "
          "run is refused).", 0, 0, NULL, 0},
@@ -256,6 +269,22 @@ int fsdp_cmd_train(int argc, char **argv) {
         fsdp_usagef(&err, "train: --overwrite starts a new run and --resume continues one: pass one of them");
         fsdp_exit_error(&err, 0);
     }
+    if (rollback && (!resume || !strcmp(resume, "auto") || !ckpt_dir)) {
+        fsdp_usagef(&err, "train: --rollback moves aside the checkpoints of --ckpt-dir newer than --resume FILE: it "
+                          "needs --resume FILE (not auto) and --ckpt-dir");
+        fsdp_exit_error(&err, 0);
+    }
+    if ((allow_data_change || allow_config_change) && !resume) {
+        fsdp_usagef(&err, "train: --%s says what a resumed run may change: it needs --resume",
+                    allow_data_change ? "allow-data-change" : "allow-config-change");
+        fsdp_exit_error(&err, 0);
+    }
+    /* The cosine decays from --lr to --min-lr: above --lr it would climb instead. */
+    if (min_lr > lr) {
+        fsdp_usagef(&err, "train: --min-lr %g is above --lr %g: the schedule decays from --lr to --min-lr, so the rate "
+                          "would climb; pass a --min-lr of at most --lr (0 decays to zero)", min_lr, lr);
+        fsdp_exit_error(&err, 0);
+    }
     /* Settings that make every step non-finite: refused before anything runs. */
     if (beta1 >= 1.0 || beta2 >= 1.0) {
         fsdp_usagef(&err,
@@ -305,6 +334,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.eval_every = eval_every;
     o.unigram_baseline = unigram_baseline;
     o.ckpt_dir = ckpt_dir, o.ckpt_every = ckpt_every, o.keep = keep, o.resume = resume;
+    o.rollback = rollback, o.allow_data_change = allow_data_change, o.allow_config_change = allow_config_change;
     o.metrics = metrics, o.log_every = log_every;
     json_t *run_record = fsdp_json_from_args(&spec);
     if (!o.mbs_auto) json_object_set_new(run_record, "mbs", json_integer(mbs)); /* a number, as it always was */

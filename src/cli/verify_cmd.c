@@ -1,6 +1,7 @@
 /* `fsdp verify FILE|DIR`: checks checkpoints completely (every attribute, every tensor against its
- * checksum, the tensors against the model the file describes) and says what each holds. With
- * mpirun the reading is split between the ranks. */
+ * checksum and for values no checkpoint holds, the tensors against the model the file describes,
+ * the record of what trained it against its config) and says what each holds. With mpirun the
+ * reading is split between the ranks. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,13 +15,17 @@
 #include "../io/ckpt_dir.h"
 #include "../io/hf_config.h"
 #include "../model/layout.h"
+#include "../train/run_identity.h"
 #include "../train/schedule.h"
 #include "commands.h"
 
 static const char EPILOGUE[] =
     "A FILE is checked completely: its attributes (format, step and samples_seen in range and consistent with\n"
-    "each other and the schedule, unchanged since writing), every tensor against its checksum, and the tensors\n"
-    "against the model its config describes. A DIR is every step-*.h5 file in it, and the one 'latest' names.\n"
+    "each other and the schedule, unchanged since writing), every tensor against its checksum, every value\n"
+    "finite and every second moment (exp_avg_sq) at least 0 whatever the checksums say, the tensors against\n"
+    "the model its config describes, and the record of what trained it (its data's tokenizer, the config\n"
+    "values that change the computation) against that config. A DIR is every step-*.h5 file in it, and the\n"
+    "one 'latest' names.\n"
     "Exit status 0 when everything verifies, 1 when anything does not (one line per defect, naming the file\n"
     "and the tensor or attribute).\n"
     "  fsdp verify ckpt/step-00000100.h5\n"
@@ -33,8 +38,9 @@ static void size_str(double bytes, char *buf, size_t cap) {
         snprintf(buf, cap, "%.2f MB", bytes / 1e6);
 }
 
-/* The tensors must be the ones the config's model has. */
-static int check_model(const char *path, const fsdp_ckpt_info *info, char *model, size_t cap, fsdp_err *err) {
+/* The tensors must be the ones the config's model has; *cfg gets the config. */
+static int check_model(const char *path, const fsdp_ckpt_info *info, fsdp_model_config *out, char *model, size_t cap,
+                       fsdp_err *err) {
     fsdp_model_config cfg;
     fsdp_err cfg_err = {0};
     const char *text = info->meta.config_json ? info->meta.config_json : "";
@@ -55,6 +61,7 @@ static int check_model(const char *path, const fsdp_ckpt_info *info, char *model
     fsdp_model_config_describe(&cfg, desc, sizeof desc);
     double n = (double)numel;
     snprintf(model, cap, "%s, %.2f%s parameters", desc, n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M");
+    *out = cfg;
     return 0;
 }
 
@@ -62,11 +69,13 @@ static int check_model(const char *path, const fsdp_ckpt_info *info, char *model
 static int verify_file(const char *path, int *step_out) {
     fsdp_err err = {0};
     fsdp_ckpt_info info;
-    char model[300] = "";
+    fsdp_model_config cfg;
+    char model[300] = "", identity[900] = "";
     int rc = fsdp_ckpt_verify(MPI_COMM_WORLD, path, &info, &err);
     if (rc == 0) {
-        rc = check_model(path, &info, model, sizeof model, &err);
+        rc = check_model(path, &info, &cfg, model, sizeof model, &err);
         if (rc == 0) rc = fsdp_schedule_check_record(info.meta.schedule_json, info.meta.step, path, &err);
+        if (rc == 0) rc = fsdp_identity_verify(path, info.meta.identity_json, &cfg, identity, sizeof identity, &err);
     }
     if (fsdp_rank() <= 0) {
         if (rc) {
@@ -74,12 +83,13 @@ static int verify_file(const char *path, int *step_out) {
         } else {
             char size[32];
             size_str((double)info.bytes, size, sizeof size);
-            printf("%s: %s: %s; step %lld, %lld samples seen; written by %d rank(s) with %s; %d tensors (%s), %s%s\n",
+            printf("%s: %s: %s; step %lld, %lld samples seen; written by %d rank(s) with %s; %d tensors (%s), %s%s; %s\n",
                    path, info.checksummed ? "ok" : "readable", model, (long long)info.meta.step,
                    (long long)info.meta.samples_seen, info.meta.world_size, info.meta.strategy, info.num_datasets,
                    info.has_optimizer ? "weights and Adam moments" : "weights only", size,
-                   info.checksummed ? ", every checksum matches"
-                                    : "; format version 1: no checksums, the contents cannot be verified");
+                   info.checksummed ? ", every checksum matches, every value in range"
+                                    : "; format version 1: no checksums, the contents cannot be verified",
+                   identity);
             fflush(stdout);
         }
         fflush(stderr);

@@ -8,7 +8,10 @@
  *   /optimizer/exp_avg_sq/<hf name>    AdamW second moment, same shape
  *   every dataset: attribute checksum (uint64, ckpt_checksum.h), contiguous storage
  *   root attributes: format = "fsdp.c checkpoint", format_version = 2, step, samples_seen, seed,
- *   config, schedule, run, world_size, strategy, checksum_algorithm, attributes_checksum.
+ *   config, schedule, run, world_size, strategy, checksum_algorithm, attributes_checksum; and, in
+ *   files written since they existed, identity (what trained it: its data and the config fields
+ *   that change the computation, JSON) with identity_checksum (chained from attributes_checksum).
+ *   Older files without the pair are still read: meta.identity_json is then NULL.
  *
  * The checkpoint knows nothing of shards: each rank hands over "pieces", flat row-major element
  * ranges of named tensors, and gets pieces back on reading. Rank 0 alone talks to HDF5 (the
@@ -65,6 +68,10 @@ typedef struct {
     char *schedule_json;
     char *run_json;
     int format_version;  /* set when read: 1 = written before checksums existed (nothing to verify) */
+    /* JSON {"data": {...}, "config": {...}} (docs/FORMATS.md), malloc'ed; NULL: not recorded (a file
+     * written before checkpoints carried it; a writer passing NULL writes none). The reader checks
+     * its form and checksum; what it means is the trainer's (src/train/run_identity.h). */
+    char *identity_json;
 } fsdp_ckpt_meta;
 
 /* ---- writing ---- */
@@ -110,7 +117,9 @@ int fsdp_ckpt_read_meta(MPI_Comm comm, const char *path, fsdp_ckpt_meta *meta, f
 /* Collective. Checks that every tensor exists with the expected shape (the message names the first
  * that does not) and fills the pieces' fp32 buffers; exp_avg/exp_avg_sq are read where non-NULL.
  * Pieces of different ranks may overlap. Every tensor that the ranks' pieces cover completely is
- * verified against its checksum: a damaged tensor gives -1 naming the file and the tensor. */
+ * verified against its checksum: a damaged tensor gives -1 naming the file and the tensor. A
+ * non-finite element, or a negative one in exp_avg_sq, gives -1 naming the tensor and the element,
+ * checksum or not (a file edited with its checksums recomputed). */
 int fsdp_ckpt_read(MPI_Comm comm, const char *path, const fsdp_ckpt_tensor *tensors, int num_tensors,
                    fsdp_ckpt_piece *pieces, int num_pieces, fsdp_err *err);
 /* The same into buffers of host_dtype (FSDP_BF16: raw bf16, rounded to nearest even). */
@@ -133,7 +142,9 @@ typedef struct {
 } fsdp_ckpt_info;
 
 /* Collective: checks the whole file (attributes as fsdp_ckpt_read_meta, then every dataset read
- * in full, split between the ranks, against its checksum) and describes it. 0, or -1 with one
+ * in full, split between the ranks, against its checksum and for values no checkpoint holds: a
+ * non-finite element anywhere, a negative one in exp_avg_sq, each named with the tensor and the
+ * first such element) and describes it. 0, or -1 with one
  * message naming the file and the tensor or attribute. info->meta is filled on success (free it
  * with fsdp_ckpt_meta_free). */
 int fsdp_ckpt_verify(MPI_Comm comm, const char *path, fsdp_ckpt_info *info, fsdp_err *err);

@@ -329,6 +329,27 @@ static void check_schedule(ckio *c, const fsdp_ckpt_meta *m) {
     json_decref(s);
 }
 
+/* The form of the identity record (docs/FORMATS.md); what its values mean is the trainer's. */
+static void check_identity(ckio *c, const char *text) {
+    json_t *v = json_attr(c, "identity", text);
+    if (!v) return;
+    json_t *data = json_object_get(v, "data"), *vocab = json_object_get(data, "vocab_size");
+    const char *source = json_string_value(json_object_get(data, "source"));
+    const char *hash = json_string_value(json_object_get(data, "tokenizer_hash"));
+    size_t hex = hash ? strspn(hash, "0123456789abcdef") : 0;
+    if (!json_is_object(data) || !json_is_object(json_object_get(v, "config")))
+        fsdp_errf(&c->err, "checkpoint %s: attribute 'identity' lacks the objects \"data\" and \"config\"", c->file);
+    else if (!source || (strcmp(source, "synthetic") && strcmp(source, "token file")))
+        fsdp_errf(&c->err, "checkpoint %s: attribute 'identity': data.source must be \"synthetic\" or \"token file\"",
+                  c->file);
+    else if (!json_is_integer(vocab) || json_integer_value(vocab) < 1)
+        fsdp_errf(&c->err, "checkpoint %s: attribute 'identity': data.vocab_size must be a positive integer", c->file);
+    else if (!strcmp(source, "token file") && (hex != 16 || hash[hex]))
+        fsdp_errf(&c->err, "checkpoint %s: attribute 'identity': data.tokenizer_hash must be 16 hexadecimal digits",
+                  c->file);
+    json_decref(v);
+}
+
 static void check_meta(ckio *c, const fsdp_ckpt_meta *m, int64_t world) {
     if (m->step < 0 || m->step > INT32_MAX)
         fsdp_errf(&c->err, "checkpoint %s: attribute 'step' is %lld (must be 0 to %d)", c->file, (long long)m->step,
@@ -356,6 +377,7 @@ static void check_meta(ckio *c, const fsdp_ckpt_meta *m, int64_t world) {
     if (v) v = json_attr(c, "run", m->run_json);
     json_decref(v);
     if (v) check_schedule(c, m);
+    if (!c->err.failed && m->identity_json) check_identity(c, m->identity_json);
 }
 
 int ckh_check_meta(ckio *c, const fsdp_ckpt_meta *m) {
@@ -377,6 +399,32 @@ uint64_t ckh_meta_checksum(const fsdp_ckpt_meta *m, int64_t version) {
         h = fsdp_cksum_bytes(h, t, strlen(t));
     }
     return h;
+}
+
+uint64_t ckh_identity_checksum(const char *identity, uint64_t attributes_checksum) {
+    char head[64];
+    size_t len = strlen(identity);
+    int n = snprintf(head, sizeof head, "identity=%zu:", len);
+    return fsdp_cksum_bytes(fsdp_cksum_bytes(attributes_checksum, head, (size_t)n), identity, len);
+}
+
+/* 'identity' and 'identity_checksum' come as a pair, or not at all (files written before them). */
+static void read_identity(ckio *c, hid_t file, uint64_t attributes_checksum, fsdp_ckpt_meta *m) {
+    int has = ckh_has_attr(c, file, "identity");
+    int has_sum = has < 0 ? -1 : ckh_has_attr(c, file, "identity_checksum");
+    uint64_t stored = 0;
+    if (has < 0 || has_sum < 0 || (!has && !has_sum)) return;
+    if (has != has_sum)
+        fsdp_errf(&c->err, "checkpoint %s: attribute '%s' is missing while '%s' is present: changed after the file "
+                  "was written", c->file, has ? "identity_checksum" : "identity", has ? "identity" : "identity_checksum");
+    else if ((m->identity_json = ckh_read_string_attr(c, file, "identity")) &&
+             ckh_read_int_attr(c, file, "identity_checksum", 1, &stored) == 0) {
+        if (stored != ckh_identity_checksum(m->identity_json, attributes_checksum))
+            fsdp_errf(&c->err, "checkpoint %s: attribute 'identity' does not match 'identity_checksum': changed after "
+                      "the file was written", c->file);
+        else
+            check_identity(c, m->identity_json);
+    }
 }
 
 int ckh_read_meta(ckio *c, hid_t file, int64_t version, fsdp_ckpt_meta *m) {
@@ -410,6 +458,7 @@ int ckh_read_meta(ckio *c, hid_t file, int64_t version, fsdp_ckpt_meta *m) {
                   "checkpoint %s: its root attributes (step, samples_seen, seed, config, schedule, run, world_size, "
                   "strategy) do not match 'attributes_checksum': changed after the file was written",
                   c->file);
+    if (!c->err.failed) read_identity(c, file, stored, m);
     return c->err.failed ? -1 : 0;
 }
 

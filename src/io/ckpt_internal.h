@@ -80,6 +80,9 @@ int ckh_read_meta(ckio *c, hid_t file, int64_t version, fsdp_ckpt_meta *meta);
 int ckh_check_meta(ckio *c, const fsdp_ckpt_meta *meta);
 /* The checksum of the root attributes (docs/FORMATS.md). */
 uint64_t ckh_meta_checksum(const fsdp_ckpt_meta *meta, int64_t version);
+/* The checksum of the 'identity' attribute, chained from the file's attributes checksum so that an
+ * identity copied from another checkpoint does not match (docs/FORMATS.md). */
+uint64_t ckh_identity_checksum(const char *identity, uint64_t attributes_checksum);
 
 /* What rank 0 learned about one dataset, broadcast to every rank. */
 typedef struct {
@@ -106,7 +109,17 @@ typedef struct {
     uint64_t first;      /* element index of host[0] in its tensor (for the checksum) */
     int slot;            /* checksum accumulator (tensor * NUM_KINDS + kind), -1: not hashed */
     int dataset;         /* tensor * NUM_KINDS + kind of the bytes (for messages) */
+    int nonneg;          /* a second moment (exp_avg_sq): a negative element is refused too */
 } ckpt_extent;
+
+/* Values no checkpoint holds: a non-finite element anywhere, a negative one (below -0) where
+ * `nonneg`. The index of the first in bits[0, n), or -1. Every reader and the writer ask this of
+ * the elements they hash, so a file edited with its checksums recomputed is still refused. */
+int64_t ckpt_first_bad(const uint32_t *bits, int64_t n, int nonneg);
+/* The one-line message for the bad element `bits` at `index` of tensor `label`, read (or, with
+ * `writing`, about to be written) by `rank`. */
+void ckpt_bad_value_text(char *buf, size_t cap, const char *file, const char *label, uint32_t bits, uint64_t index,
+                         int rank, int writing);
 
 typedef struct ckpt_pio ckpt_pio;
 

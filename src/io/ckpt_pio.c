@@ -58,6 +58,7 @@ struct ckpt_pio {
     int num_threads_started; /* num_threads is cleared once they are joined */
     int64_t bytes_total;
     atomic_int cancelled;
+    int bad_chunk; /* the chunk whose bad value err names, -1: err names none (under lock) */
 
     pthread_t *threads;
     int num_threads, running, finished;
@@ -85,6 +86,56 @@ static void fail_io(ckpt_pio *p, int slot, const char *call, int code) {
     char what[400];
     snprintf(what, sizeof what, "%s of %s", call, label);
     fail(p, "checkpoint %s: %s failed on rank %d: %s", what, strerror(code));
+}
+
+int64_t ckpt_first_bad(const uint32_t *bits, int64_t n, int nonneg) {
+    for (int64_t j = 0; j < n; j++)
+        if ((bits[j] & 0x7f800000u) == 0x7f800000u || (nonneg && bits[j] > 0x80000000u)) return j;
+    return -1;
+}
+
+void ckpt_bad_value_text(char *buf, size_t cap, const char *file, const char *label, uint32_t bits, uint64_t index,
+                         int rank, int writing) {
+    float x;
+    memcpy(&x, &bits, 4);
+    int finite = (bits & 0x7f800000u) != 0x7f800000u;
+    const char *what = finite ? "negative values" : "non-finite values (NaN or infinity)";
+    if (writing)
+        snprintf(buf, cap, "checkpoint %s not written: %s holds %s, the first at element %llu (%g), on rank %d (%s; "
+                 "checkpoints written before stay as they were)", file, label, what, (unsigned long long)index, (double)x, rank,
+                 finite ? "a second moment is a mean of squares, never below 0: the optimizer state is corrupt"
+                        : "the weights or optimizer state are poisoned");
+    else
+        snprintf(buf, cap, "checkpoint %s: %s holds %s, the first at element %llu (%g) (read on rank %d): %s", file, label,
+                 what, (unsigned long long)index, (double)x, rank,
+                 finite ? "a second moment is a mean of squares, never below 0, so the file was edited or written by a "
+                          "faulty program"
+                        : "it was written from a diverged run");
+}
+
+/* A bad value in chunk `chunk`. Workers take chunks in order and finish every chunk they take, so
+ * keeping the lowest such chunk names the first bad element of what this rank moved. */
+static void fail_value(ckpt_pio *p, int chunk, const ckpt_extent *e, uint32_t bits, uint64_t index) {
+    char label[320] = "a tensor", msg[sizeof p->err.msg];
+    if (p->slot_label) p->slot_label(p->slot_ctx, e->dataset, label, sizeof label);
+    ckpt_bad_value_text(msg, sizeof msg, p->path, label, bits, index, fsdp_rank(), p->writing);
+    pthread_mutex_lock(&p->lock);
+    if (!p->err.failed || (p->bad_chunk >= 0 && chunk < p->bad_chunk)) {
+        fsdp_errf(&p->err, "%s", msg);
+        p->bad_chunk = chunk;
+    }
+    pthread_mutex_unlock(&p->lock);
+    atomic_store(&p->cancelled, 1);
+}
+
+/* The values of a chunk about to be written, or just read: 0, or -1 after recording the first bad one. */
+static int check_values(ckpt_pio *p, int chunk, const ckpt_extent *e, const uint32_t *bits, int64_t at, int64_t n,
+                        uint64_t nonfinite) {
+    if (!nonfinite && !e->nonneg) return 0;
+    int64_t j = ckpt_first_bad(bits, n, e->nonneg);
+    if (j < 0) return 0;
+    fail_value(p, chunk, e, bits[j], e->first + (uint64_t)(at + j));
+    return -1;
 }
 
 /* pread/pwrite that retry on EINTR and short transfers. Returns 0, or an errno value; a read past
@@ -148,8 +199,9 @@ static void f32_to_bf16(uint16_t *dst, const uint32_t *src, int64_t n) {
 }
 
 /* One chunk: 0, or -1 after recording the failure. */
-static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t *local_sums, int rfd, int rdfd,
+static int move_chunk(ckpt_pio *p, int index, uint32_t *staging, uint64_t *local_sums, int rfd, int rdfd,
                       long long *io_ns) {
+    const chunk *ch = &p->chunks[index];
     const ckpt_extent *e = &p->extents[ch->extent];
     int bf16 = p->host_dtype == FSDP_BF16;
     size_t hsize = fsdp_dtype_info_of(p->host_dtype)->bytes;
@@ -168,13 +220,7 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
         else if (bits != (uint32_t *)host)
             memcpy(bits, host, (size_t)ch->count * 4);
         if (e->slot >= 0) local_sums[e->slot] += fsdp_cksum_f32(bits, e->first + (uint64_t)ch->at, (size_t)ch->count, &nonfinite);
-        if (nonfinite) {
-            char label[320] = "a tensor";
-            if (p->slot_label) p->slot_label(p->slot_ctx, e->dataset, label, sizeof label);
-            fail(p, "checkpoint %s not written: %s holds non-finite values (NaN or infinity) on rank %d%s", label,
-                 " (the weights or optimizer state are poisoned; the previous checkpoint is kept)");
-            return -1;
-        }
+        if (check_values(p, index, e, bits, ch->at, ch->count, nonfinite)) return -1;
         long long t0 = now_ns();
         int code = injected ? injected : write_bytes(p, (char *)bits, bytes, off);
         *io_ns += now_ns() - t0;
@@ -207,13 +253,10 @@ static int move_chunk(ckpt_pio *p, const chunk *ch, uint32_t *staging, uint64_t 
             return -1;
         }
         bits = (uint32_t *)data;
-        if (e->slot >= 0) local_sums[e->slot] += fsdp_cksum_f32(bits, e->first + (uint64_t)ch->at, (size_t)ch->count, &nonfinite);
-        if (nonfinite) {
-            char label[320] = "a tensor";
-            if (p->slot_label) p->slot_label(p->slot_ctx, e->dataset, label, sizeof label);
-            fail(p, "checkpoint %s: %s holds non-finite values (NaN or infinity) (read on rank %d)%s", label,
-                 ": it was written from a diverged run");
-            return -1;
+        /* Only the rank that hashes an element judges it: a replica reads the same bytes. */
+        if (e->slot >= 0) {
+            local_sums[e->slot] += fsdp_cksum_f32(bits, e->first + (uint64_t)ch->at, (size_t)ch->count, &nonfinite);
+            if (check_values(p, index, e, bits, ch->at, ch->count, nonfinite)) return -1;
         }
         if (host && bf16)
             f32_to_bf16((uint16_t *)host, bits, ch->count);
@@ -245,7 +288,7 @@ static void *worker(void *arg) {
         for (;;) {
             if (atomic_load(&p->cancelled)) break;
             int i = atomic_fetch_add(&p->next_chunk, 1);
-            if (i >= p->num_chunks || move_chunk(p, &p->chunks[i], staging, sums, rfd, rdfd, &io)) break;
+            if (i >= p->num_chunks || move_chunk(p, i, staging, sums, rfd, rdfd, &io)) break;
         }
         atomic_fetch_add(&p->io_ns, io);
         atomic_fetch_add(&p->work_ns, now_ns() - began - io);
@@ -296,6 +339,7 @@ ckpt_pio *ckpt_pio_start(int fd, int direct_fd, const char *path, int writing, c
     p->fd = fd, p->dfd = writing ? direct_fd : -1, p->direct = !writing && fsdp_env_ckpt_direct_io(), p->writing = writing, p->extents = extents, p->host_dtype = host_dtype;
     p->num_slots = num_slots, p->slot_label = slot_label, p->slot_ctx = slot_ctx, p->fault_step = fault_step;
     snprintf(p->path, sizeof p->path, "%s", path);
+    p->bad_chunk = -1;
     pthread_mutex_init(&p->lock, NULL);
     p->sums = fsdp_xcalloc((size_t)(num_slots > 0 ? num_slots : 1), sizeof *p->sums, "checkpoint checksums");
     int cap = 0;

@@ -20,9 +20,11 @@ static int64_t numel(const fsdp_ckpt_tensor *t) { return t->ndim == 1 ? t->shape
 
 /* ---- metadata --------------------------------------------------------------------------------------- */
 
+/* Rank 0's string to every rank; NULL (an attribute the file does not have) stays NULL. */
 static void bcast_string(ckio *c, char **s) {
-    int64_t len = c->rank == 0 && *s ? (int64_t)strlen(*s) : 0;
+    int64_t len = c->rank == 0 ? (*s ? (int64_t)strlen(*s) : -1) : 0;
     ckio_bcast(c, &len, 1, MPI_INT64_T, 0, "rank 0 to read the checkpoint's attributes");
+    if (len < 0) return;
     if (c->rank != 0) *s = fsdp_xcalloc((size_t)len + 1, 1, "a checkpoint attribute");
     ckio_bcast(c, *s, (int)len + 1, MPI_CHAR, 0, "rank 0 to read the checkpoint's attributes");
 }
@@ -36,6 +38,7 @@ static void bcast_meta(ckio *c, fsdp_ckpt_meta *m) {
     bcast_string(c, &m->config_json);
     bcast_string(c, &m->schedule_json);
     bcast_string(c, &m->run_json);
+    bcast_string(c, &m->identity_json);
 }
 
 int fsdp_ckpt_read_meta(MPI_Comm comm, const char *path, fsdp_ckpt_meta *meta, fsdp_err *err) {
@@ -63,7 +66,8 @@ void fsdp_ckpt_meta_free(fsdp_ckpt_meta *meta) {
     free(meta->config_json);
     free(meta->schedule_json);
     free(meta->run_json);
-    meta->config_json = meta->schedule_json = meta->run_json = NULL;
+    free(meta->identity_json);
+    meta->config_json = meta->schedule_json = meta->run_json = meta->identity_json = NULL;
 }
 
 /* ---- describing what will be read (rank 0) --------------------------------------------------------------- */
@@ -218,6 +222,7 @@ static void plan(reader *rd, const fsdp_ckpt_piece **by_tensor, const int64_t *a
                     x->first = (uint64_t)lo;
                     x->slot = hashed ? slot : -1;
                     x->dataset = slot;
+                    x->nonneg = k == KIND_EXP_AVG_SQ;
                 }
                 at = b;
             }
@@ -234,7 +239,7 @@ static void label_of(void *ctx, int slot, char *buf, size_t cap) {
 #define SLOW_CHUNK ((int64_t)1 << 22)
 
 /* Reads the extents HDF5 must convert (in chunks, through an fp32 buffer), hashing the counted
- * ones and refusing non-finite values like the fast path. */
+ * ones and refusing the values the fast path refuses. */
 static void read_slow(reader *rd, const char *path) {
     ckio *c = &rd->c;
     if (rd->num_slow == 0) return;
@@ -253,10 +258,18 @@ static void read_slow(reader *rd, const char *path) {
             float *dst = rd->host_dtype == FSDP_F32 ? (float *)x->host + at : tmp;
             if (ckh_read_range(c, dset, t, (int64_t)x->first + at, n, dst)) break;
             uint64_t bad = 0;
-            if (x->slot >= 0) rd->sums[x->slot] += fsdp_cksum_f32((const uint32_t *)dst, x->first + (uint64_t)at, (size_t)n, &bad);
-            if (bad)
-                fsdp_errf(&c->err, "checkpoint %s: %s holds non-finite values (NaN or infinity) (read on rank %d): it was "
-                          "written from a diverged run", c->file, label, c->rank);
+            const uint32_t *bits = (const uint32_t *)dst;
+            int64_t bad_at = -1;
+            if (x->slot >= 0) {
+                rd->sums[x->slot] += fsdp_cksum_f32(bits, x->first + (uint64_t)at, (size_t)n, &bad);
+                if (bad || x->nonneg) bad_at = ckpt_first_bad(bits, n, x->nonneg);
+            }
+            if (bad_at >= 0) {
+                char msg[sizeof c->err.msg];
+                ckpt_bad_value_text(msg, sizeof msg, c->file, label, bits[bad_at], x->first + (uint64_t)(at + bad_at),
+                                    c->rank, 0);
+                fsdp_errf(&c->err, "%s", msg);
+            }
             if (rd->host_dtype == FSDP_BF16)
                 for (int64_t j = 0; j < n; j++) ((uint16_t *)x->host)[at + j] = fsdp_f32_to_bf16(tmp[j]);
         }

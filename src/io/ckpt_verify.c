@@ -1,7 +1,9 @@
 /* Verifying a whole checkpoint (fsdp_ckpt_verify in checkpoint.h): rank 0 lists every dataset and
  * checks the attributes and the file's structure; the ranks then read every dataset in full, each
- * an equal share, hash it (ckpt_pio.c, nothing kept in memory) and compare the sums with the
- * stored checksums. Needs no model: the file says what it holds. */
+ * an equal share, hash it (ckpt_pio.c, nothing kept in memory), refuse values no checkpoint holds
+ * (non-finite anywhere, negative second moments: a checksum recomputed after an edit hides
+ * neither) and compare the sums with the stored checksums. Needs no model: the file says what it
+ * holds. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +152,7 @@ static void hash_share(ckio *c, const char *path, const entry *list, int count, 
         ckpt_extent *x = &ext[n++];
         x->file_offset = list[i].d.offset + lo * 4, x->count = hi - lo, x->host = NULL;
         x->first = (uint64_t)lo, x->slot = x->dataset = i;
+        x->nonneg = list[i].kind == KIND_EXP_AVG_SQ;
     }
     names ctx = {list};
     if (n > 0) {
@@ -180,8 +183,15 @@ static void hash_share(ckio *c, const char *path, const entry *list, int count, 
         for (int64_t at = lo; at < hi && dset >= 0 && !c->err.failed; at += 1 << 22) {
             int64_t m = hi - at < (1 << 22) ? hi - at : (1 << 22);
             uint64_t bad = 0;
-            if (ckh_read_range(c, dset, &t, at, m, buf) == 0)
-                sums[i] += fsdp_cksum_f32((const uint32_t *)buf, (uint64_t)at, (size_t)m, &bad);
+            const uint32_t *bits = (const uint32_t *)buf;
+            if (ckh_read_range(c, dset, &t, at, m, buf)) break;
+            sums[i] += fsdp_cksum_f32(bits, (uint64_t)at, (size_t)m, &bad);
+            int64_t j = bad || e->kind == KIND_EXP_AVG_SQ ? ckpt_first_bad(bits, m, e->kind == KIND_EXP_AVG_SQ) : -1;
+            if (j >= 0) {
+                char msg[sizeof c->err.msg];
+                ckpt_bad_value_text(msg, sizeof msg, c->file, label, bits[j], (uint64_t)(at + j), c->rank, 0);
+                fsdp_errf(&c->err, "%s", msg);
+            }
         }
         CKH_CLOSE(c, dset, H5Dclose, label);
     }

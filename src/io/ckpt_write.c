@@ -124,6 +124,7 @@ static void check_cover(ckio *c, const fsdp_ckpt_tensor *tensors, int num_tensor
 
 static int write_meta(ckio *c, hid_t file, const fsdp_ckpt_meta *meta) {
     const char *strategy = meta->strategy;
+    uint64_t sum = ckh_meta_checksum(meta, FSDP_CKPT_FORMAT_VERSION);
     if (ckh_write_string_attr(c, file, "format", FSDP_CKPT_FORMAT) ||
         ckh_write_int_attr(c, file, "format_version", FSDP_CKPT_FORMAT_VERSION, 0) ||
         ckh_write_int_attr(c, file, "step", meta->step, 0) ||
@@ -135,7 +136,11 @@ static int write_meta(ckio *c, hid_t file, const fsdp_ckpt_meta *meta) {
         ckh_write_int_attr(c, file, "world_size", meta->world_size, 0) ||
         ckh_write_string_attr(c, file, "strategy", strategy) ||
         ckh_write_string_attr(c, file, "checksum_algorithm", FSDP_CKSUM_ALGORITHM) ||
-        ckh_write_int_attr(c, file, "attributes_checksum", (int64_t)ckh_meta_checksum(meta, FSDP_CKPT_FORMAT_VERSION), 1))
+        ckh_write_int_attr(c, file, "attributes_checksum", (int64_t)sum, 1))
+        return -1;
+    if (meta->identity_json &&
+        (ckh_write_string_attr(c, file, "identity", meta->identity_json) ||
+         ckh_write_int_attr(c, file, "identity_checksum", (int64_t)ckh_identity_checksum(meta->identity_json, sum), 1)))
         return -1;
     return 0;
 }
@@ -233,6 +238,7 @@ static void build_extents(fsdp_ckpt_writer *w, const fsdp_ckpt_piece *pieces, in
             int slot = p->tensor * NUM_KINDS + k;
             e->file_offset = offsets[slot] + p->start * 4;
             e->count = p->count, e->host = bufs[k], e->first = (uint64_t)p->start, e->slot = e->dataset = slot;
+            e->nonneg = k == KIND_EXP_AVG_SQ;
         }
     }
 }

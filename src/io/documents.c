@@ -1,12 +1,15 @@
-/* Document readers of documents.h: buffered line reads (getline), Jansson for JSON. */
+/* Document readers of documents.h: buffered line reads bounded by the largest document, Jansson for JSON. */
 #include "documents.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "../base/files.h"
 #include "../base/utf8.h"
 #include "jsonio.h"
 
@@ -18,8 +21,10 @@ struct fsdp_docs_reader {
     size_t max_document;
     long line;       /* lines read so far */
     uint64_t bytes;  /* bytes read so far */
-    char *buf;       /* getline's buffer */
+    char *buf;       /* the current line */
     size_t cap;
+    char *in;        /* bytes read ahead of the line being assembled */
+    size_t in_pos, in_len;
     char *doc;       /* the document being assembled (text formats) */
     size_t doc_len, doc_cap;
     json_t *record;  /* the current JSON record (jsonl, alpaca) */
@@ -42,9 +47,13 @@ int fsdp_docs_check_path(const char *path, fsdp_err *err) {
 fsdp_docs_reader *fsdp_docs_open(const char *path, fsdp_docs_format format, const char *field, size_t max_document,
                                  fsdp_err *err) {
     if (fsdp_docs_check_path(path, err)) return NULL;
-    FILE *f = fopen(path, "rb");
+    /* The path may have become a FIFO since the check: open it without blocking, then look again. */
+    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
-        fsdp_errf(err, "%s: %s", path, strerror(errno));
+        fsdp_errf(err, "%s: fdopen: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
     fsdp_docs_reader *r = fsdp_xcalloc(1, sizeof *r, "document reader");
@@ -84,6 +93,7 @@ void fsdp_docs_close(fsdp_docs_reader *r) {
     if (!r) return;
     if (r->f) fclose(r->f);
     free(r->buf);
+    free(r->in);
     free(r->doc);
     json_decref(r->record);
     json_decref(r->array);
@@ -92,17 +102,48 @@ void fsdp_docs_close(fsdp_docs_reader *r) {
 
 uint64_t fsdp_docs_bytes(const fsdp_docs_reader *r) { return r->bytes; }
 
-/* Reads the next line into r->buf (newline kept); 0 at the end of the file. */
-static int read_line(fsdp_docs_reader *r, size_t *len, fsdp_err *err) {
-    errno = 0;
-    ssize_t got = getline(&r->buf, &r->cap, r->f);
-    if (got < 0) {
-        if (ferror(r->f)) return fsdp_errf(err, "%s: read error after line %ld: %s", r->path, r->line, strerror(errno));
-        return 0;
+static int too_big(const fsdp_docs_reader *r, long line, fsdp_err *err);
+
+enum { READ_AHEAD = 1 << 16 };
+
+/* Reads the next line into r->buf (newline kept); 0 at the end of the file. A line longer than one
+ * document may be is refused once that much of it is read, never held whole (getline would take a
+ * gigabyte without a newline into memory before the bound is checked); the document it belongs to
+ * started at line `doc_first` (0: at this line). */
+static int read_line(fsdp_docs_reader *r, long doc_first, size_t *len, fsdp_err *err) {
+    size_t n = 0;
+    for (;;) {
+        if (r->in_pos == r->in_len) {
+            if (!r->in) r->in = fsdp_xmalloc(READ_AHEAD, "a document reader");
+            errno = 0;
+            r->in_len = fread(r->in, 1, READ_AHEAD, r->f);
+            r->in_pos = 0;
+            if (r->in_len == 0) {
+                if (ferror(r->f))
+                    return fsdp_errf(err, "%s: read error after line %ld: %s", r->path, r->line, strerror(errno));
+                break;
+            }
+        }
+        const char *at = r->in + r->in_pos, *newline = memchr(at, '\n', r->in_len - r->in_pos);
+        size_t take = newline ? (size_t)(newline - at) + 1 : r->in_len - r->in_pos;
+        if (n + take > r->max_document + 1) return too_big(r, doc_first ? doc_first : r->line + 1, err);
+        if (n + take + 1 > r->cap) {
+            size_t cap = r->cap ? r->cap : 4096;
+            while (cap < n + take + 1) cap *= 2;
+            r->buf = realloc(r->buf, cap);
+            if (!r->buf) fsdp_fatal("out of host memory reading %s", r->path);
+            r->cap = cap;
+        }
+        memcpy(r->buf + n, at, take);
+        n += take;
+        r->in_pos += take;
+        if (newline) break;
     }
+    if (n == 0) return 0;
+    r->buf[n] = 0;
     r->line++;
-    r->bytes += (uint64_t)got;
-    *len = (size_t)got;
+    r->bytes += (uint64_t)n;
+    *len = n;
     return 1;
 }
 
@@ -148,7 +189,7 @@ static int next_text(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
     long first = 0;
     size_t n = 0;
     int rc;
-    while ((rc = read_line(r, &n, err)) > 0) {
+    while ((rc = read_line(r, r->doc_len ? first : 0, &n, err)) > 0) {
         if (check_text(r, r->buf, n, r->line, err)) return -1;
         if (r->format == FSDP_DOCS_TEXT_BLANK_LINES && is_blank(r->buf, n)) {
             if (r->doc_len) break;
@@ -202,7 +243,7 @@ static int next_record(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
     }
     size_t n = 0;
     int rc;
-    while ((rc = read_line(r, &n, err)) > 0) {
+    while ((rc = read_line(r, 0, &n, err)) > 0) {
         if (is_blank(r->buf, n)) continue;
         if (n > r->max_document) return too_big(r, r->line, err);
         if (check_text(r, r->buf, n, r->line, err)) return -1;

@@ -2,7 +2,6 @@
  * writing), the RoPE fields of transformers 4 and 5, and fsdp_hf_config_load. */
 #include "hf_config.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +51,17 @@ static int wrong_type(const fields *f, const char *key, const char *want, const 
     return fsdp_errf(f->err, "%s: %s%s must be %s, not %s", f->origin, f->prefix, key, want, type_name(v));
 }
 
+/* A real where an integer belongs. 4.8e1 reads back as 48, so "48 is not an integer" would look
+ * wrong: a whole number is shown as 48.0 with what to write instead. */
+static int not_integer(const fields *f, const char *key, const json_t *v, const char *want) {
+    char num[48];
+    double x = json_real_value(v);
+    if (x == floor(x) && fabs(x) < 1e15)
+        return fsdp_errf(f->err, "%s: %s%s %.1f is a real number, not %s (write %.0f)", f->origin, f->prefix, key, x,
+                         want, x);
+    return fsdp_errf(f->err, "%s: %s%s %s is not %s", f->origin, f->prefix, key, number_text(v, num, sizeof num), want);
+}
+
 /* A member, treating null as absent: transformers falls back to its default for None too. */
 static const json_t *member(const fields *f, const char *key) {
     const json_t *v = json_object_get(f->obj, key);
@@ -60,10 +70,7 @@ static const json_t *member(const fields *f, const char *key) {
 
 /* An integer in [1, INT_MAX]. */
 static int get_int(const fields *f, const char *key, const json_t *v, int *out) {
-    char num[48];
-    if (json_is_real(v))
-        return fsdp_errf(f->err, "%s: %s%s %s is not an integer", f->origin, f->prefix, key,
-                         number_text(v, num, sizeof num));
+    if (json_is_real(v)) return not_integer(f, key, v, "an integer");
     if (!json_is_integer(v)) return wrong_type(f, key, "an integer", v);
     json_int_t x = json_integer_value(v);
     if (x < 1 || x > INT_MAX)
@@ -107,9 +114,12 @@ static int get_token_id(const fields *f, const char *key, const json_t *v, int *
         v = json_array_get(v, 0);
     }
     if (json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX)
-        return fsdp_errf(f->err, "%s: %s must be a non-negative integer token id, not %s", f->origin, key,
-                         type_name(v));
+    if (json_is_real(v)) return not_integer(f, key, v, "an integer token id");
+    if (!json_is_integer(v)) return wrong_type(f, key, "a non-negative integer token id", v);
+    /* -1 is not "none" to transformers: nn.Embedding's padding_idx -1 is the last row. */
+    if (json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX)
+        return fsdp_errf(f->err, "%s: %s %lld is not a token id (ids are non-negative integers up to %d; null means "
+                         "none)", f->origin, key, (long long)json_integer_value(v), INT_MAX);
     *out = (int)json_integer_value(v);
     return 0;
 }
@@ -341,10 +351,6 @@ int fsdp_hf_config_load(const char *path, fsdp_model_config *out, fsdp_err *err)
     } else if (snprintf(file, sizeof file, "%s", path) >= (int)sizeof file) {
         return fsdp_errf(err, "%s: path too long", path);
     }
-    /* Jansson words an unreadable file its own way; say it as the other readers do. */
-    FILE *fp = fopen(file, "rb");
-    if (!fp) return fsdp_errf(err, "%s: %s", file, strerror(errno));
-    fclose(fp);
     json_t *root = fsdp_json_load_path(file, err);
     if (!root) return -1;
     int rc = fsdp_hf_config_from_json(root, file, out, err);

@@ -77,11 +77,3 @@ int fsdp_hf_publish_configs(const char *dir, fsdp_err *err) {
     if (fsdp_rename_tmp(dir, "generation_config.json", err)) return -1;
     return fsdp_rename_tmp(dir, "config.json", err);
 }
-
-void fsdp_hf_discard_configs(const char *dir) {
-    static const char *const NAMES[] = {"config.json.tmp", "generation_config.json.tmp"};
-    for (int i = 0; i < 2; i++) {
-        char path[4200];
-        if (snprintf(path, sizeof path, "%s/%s", dir, NAMES[i]) < (int)sizeof path) unlink(path);
-    }
-}

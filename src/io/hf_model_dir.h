@@ -21,7 +21,5 @@ int fsdp_hf_dir_has_model(const char *dir, char *what, size_t cap);
 int fsdp_hf_stage_configs(const char *dir, const fsdp_model_config *cfg, const char *dtype, fsdp_err *err);
 /* Renames them to their final names, config.json last: a directory with a config.json is complete. */
 int fsdp_hf_publish_configs(const char *dir, fsdp_err *err);
-/* Removes the temporaries (best effort). */
-void fsdp_hf_discard_configs(const char *dir);
 
 #endif

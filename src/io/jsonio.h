@@ -13,7 +13,8 @@
 #include "../base/args.h"
 #include "../base/error.h"
 
-/* Parses a whole file; NULL with err naming the file (and line/column) on failure. */
+/* Parses a whole file, opened through fsdp_open_regular (a FIFO or device is refused without
+ * blocking); NULL with err naming the file (and line/column) on failure. */
 json_t *fsdp_json_load_path(const char *path, fsdp_err *err);
 /* Parses len bytes of text; `origin` names the source in messages. Duplicate keys are refused. */
 json_t *fsdp_json_load_text(const char *text, size_t len, const char *origin, fsdp_err *err);

@@ -2,11 +2,14 @@
 #include "metrics_read.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "../base/files.h"
 #include "../base/log.h"
 #include "jsonio.h"
 
@@ -158,8 +161,14 @@ static int blank(const char *line) {
 
 int fsdp_metrics_read(const char *path, fsdp_metrics_run *run, fsdp_err *err) {
     memset(run, 0, sizeof *run);
-    FILE *fp = fopen(path, "r");
-    if (!fp) return fsdp_errf(err, "%s: %s", path, strerror(errno));
+    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
+    if (fd < 0) return -1;
+    FILE *fp = fdopen(fd, "r");
+    if (!fp) {
+        int e = errno;
+        close(fd);
+        return fsdp_errf(err, "%s: fdopen: %s", path, strerror(e));
+    }
     series loss = {0}, eval = {0};
     json_t *summary = NULL;
     char *line = NULL;

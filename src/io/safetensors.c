@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/files.h"
 #include "jsonio.h"
 #include "safetensors_internal.h"
 
@@ -61,18 +62,13 @@ int fsdp_st_pread_full(int fd, void *buf, size_t n, uint64_t off) {
 }
 
 int fsdp_st_open_regular(const char *path, int *fd_out, uint64_t *size_out, fsdp_err *err) {
-    /* O_NONBLOCK: opening a FIFO for reading must not wait for a writer. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return fsdp_errf(err, "%s: %s", path, strerror(errno));
+    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
+    if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fsdp_errf(err, "%s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return fsdp_errf(err, "%s: not a regular file", path);
+        return fsdp_errf(err, "%s: fstat: %s", path, strerror(e));
     }
     *fd_out = fd;
     *size_out = (uint64_t)st.st_size;
@@ -457,7 +453,12 @@ int fsdp_st_read_raw(const fsdp_st_set *s, const fsdp_st_tensor *t, int64_t star
 
 void fsdp_st_open_direct(fsdp_st_set *s) {
     for (int i = 0; i < s->num_files; i++)
-        if (s->files[i].direct_fd < 0) s->files[i].direct_fd = open(s->files[i].path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (s->files[i].direct_fd < 0) {
+            /* -1 where O_DIRECT is unsupported (tmpfs): the buffered descriptor serves. Through
+             * fsdp_open_regular, so a path replaced by a FIFO since the first open cannot block. */
+            fsdp_err ignored = {0};
+            s->files[i].direct_fd = fsdp_open_regular(s->files[i].path, O_RDONLY | O_DIRECT, 0, NULL, &ignored);
+        }
 }
 
 size_t fsdp_st_aligned_cap(size_t bytes) { return bytes + 2 * FSDP_ST_DIRECT_ALIGN; }

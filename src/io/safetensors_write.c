@@ -334,14 +334,3 @@ int fsdp_st_publish(const char *dir, const fsdp_st_plan *p, fsdp_err *err) {
     closedir(d);
     return rc ? rc : fsdp_sync_dir(dir, err);
 }
-
-void fsdp_st_discard(const char *dir, const fsdp_st_plan *p) {
-    for (int f = 0; f < p->num_files; f++) {
-        char *tmp = join(dir, p->file_names[f], ".tmp");
-        unlink(tmp);
-        free(tmp);
-    }
-    char *tmp = join(dir, INDEX_NAME, ".tmp");
-    unlink(tmp);
-    free(tmp);
-}

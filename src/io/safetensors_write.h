@@ -13,9 +13,9 @@
  * its full size preallocated (fsdp_st_create); then every process opens them (fsdp_st_writer_open),
  * encodes its own elements (fsdp_st_encode: fp32, or bf16 rounded to nearest even) and writes them
  * with pwrite at their computed offsets (fsdp_st_pwrite, thread-safe), syncs and closes; then one
- * process renames the temporaries to their final names and writes the index (fsdp_st_publish). On
- * failure fsdp_st_discard removes the temporaries: nothing is ever left under a final name that is
- * not complete. */
+ * process renames the temporaries to their final names and writes the index (fsdp_st_publish).
+ * `fsdp export` does all of this in a staging directory of its own (export_dir.h), which replaces
+ * the model directory as a whole once complete, or is removed on failure. */
 #ifndef FSDP_IO_SAFETENSORS_WRITE_H
 #define FSDP_IO_SAFETENSORS_WRITE_H
 
@@ -76,8 +76,6 @@ int fsdp_st_writer_close(fsdp_st_writer *w, int sync, fsdp_err *err);
  * model.safetensors.index.json when there are several files (temporary, then renamed), removes a
  * stale index when there is one file, and syncs the directory. */
 int fsdp_st_publish(const char *dir, const fsdp_st_plan *plan, fsdp_err *err);
-/* Removes the temporaries (best effort). */
-void fsdp_st_discard(const char *dir, const fsdp_st_plan *plan);
 
 /* Writes `len` bytes to DIR/name.tmp and fsyncs it (removed again on failure). */
 int fsdp_write_file_tmp(const char *dir, const char *name, const void *data, size_t len, fsdp_err *err);

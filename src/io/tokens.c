@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/files.h"
+
 #define MAX_VOCAB 2147483647ULL /* ids are int32 once read */
 /* Bytes moved per read/write system call; small enough to live on a worker thread's stack. */
 #define IO_CHUNK 16384
@@ -120,15 +122,13 @@ int fsdp_tokens_open(const char *path, fsdp_token_file *f, fsdp_err *err) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     snprintf(f->path, sizeof f->path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fsdp_errf(err, "%s: %s", path, strerror(errno));
+    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
+    if (fd < 0) return -1;
     struct stat st;
     unsigned char h[FSDP_TOKENS_HEADER_BYTES];
     int rc;
     if (fstat(fd, &st) != 0)
-        rc = fsdp_errf(err, "%s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = fsdp_errf(err, "%s: not a regular file", path);
+        rc = fsdp_errf(err, "%s: fstat: %s", path, strerror(errno));
     else if ((uint64_t)st.st_size < FSDP_TOKENS_HEADER_BYTES)
         rc = fsdp_errf(err, "%s: %lld bytes, shorter than the %d-byte token file header", path, (long long)st.st_size,
                        FSDP_TOKENS_HEADER_BYTES);

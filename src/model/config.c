@@ -2,6 +2,7 @@
  * config. */
 #include "config.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -41,6 +42,54 @@ int fsdp_model_config_derive(fsdp_model_config *c, fsdp_err *err) {
     return 0;
 }
 
+/* The config.json key of an integer field of the config (num_hidden_layers for num_layers, OPT's
+ * ffn_dim for intermediate_size), so that messages name what the user wrote. */
+static const char *key_of(const fsdp_model_config *c, size_t offset, const char *fallback) {
+    for (const fsdp_hf_field *x = c->family->fields; x && x->key; x++)
+        if (x->kind == FSDP_HF_INT && x->offset == offset) return x->key;
+    return fallback;
+}
+
+/* Sizes derived from a config must fit the types that hold them, and a config must be refused
+ * before the layout is built: the layout and the engine keep a few KB per layer on every rank, so a
+ * million layers of a tiny width would exhaust host memory before the memory plan could say no.
+ * Checked in doubles, which hold every product here without overflow. */
+static int check_sizes(const fsdp_model_config *c, const char *n, fsdp_err *err) {
+    const char *layers = key_of(c, FSDP_HF_OFF(num_layers), "num_layers");
+    const char *ffn = key_of(c, FSDP_HF_OFF(intermediate_size), "intermediate_size");
+    if (c->num_layers > FSDP_MAX_LAYERS)
+        return fsdp_errf(err, "%s: %s %d is more than the %d layers fsdp.c builds (every layer costs bookkeeping on "
+                         "every rank before the memory check could refuse the model)",
+                         n, layers, c->num_layers, FSDP_MAX_LAYERS);
+    const double C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    const double q = (double)c->num_heads * c->head_dim, kv = (double)c->num_kv_heads * c->head_dim;
+    /* The fused q|k|v and gate|up products have int row counts. */
+    if (q + 2.0 * kv > INT_MAX)
+        return fsdp_errf(err, "%s: num_attention_heads %d and num_key_value_heads %d of head_dim %d give %.0f rows of the "
+                         "fused q/k/v projection, more than %d", n, c->num_heads, c->num_kv_heads, c->head_dim,
+                         q + 2.0 * kv, INT_MAX);
+    if (2.0 * F > INT_MAX)
+        return fsdp_errf(err, "%s: %s %d is too large (twice it must fit %d)", n, ffn, c->intermediate_size, INT_MAX);
+    const double pos = c->family->pos == FSDP_POS_LEARNED ? (double)c->max_position_embeddings + c->family->pos_offset : 0;
+    struct {
+        const char *what;
+        double rows;
+    } matrices[] = {{"vocab_size", V}, {"num_attention_heads x head_dim", q}, {ffn, F}, {"max_position_embeddings", pos}};
+    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
+        if (matrices[i].rows * C > (double)FSDP_MAX_TENSOR_NUMEL)
+            return fsdp_errf(err, "%s: %s %.0f x hidden_size %d is a matrix of %.3g elements, more than the %.3g fsdp.c "
+                             "indexes", n, matrices[i].what, matrices[i].rows, c->hidden_size, matrices[i].rows * C,
+                             (double)FSDP_MAX_TENSOR_NUMEL);
+    /* Every tensor a layer can have (biases and norms included): an upper bound of the count. */
+    const double per_layer = (q + 2.0 * kv) * (C + 1) + q * C + C + 3.0 * F * (C + 1) + 5.0 * C;
+    const double total = c->num_layers * per_layer + 2.0 * V * C + pos * C + 2.0 * C;
+    if (total > (double)FSDP_MAX_PARAMS)
+        return fsdp_errf(err, "%s: %s %d, hidden_size %d and %s %d make about %.3g parameters, more than the %.3g "
+                         "fsdp.c indexes", n, layers, c->num_layers, c->hidden_size, ffn, c->intermediate_size, total,
+                         (double)FSDP_MAX_PARAMS);
+    return 0;
+}
+
 int fsdp_model_config_validate(const fsdp_model_config *c, fsdp_err *err) {
     const char *n = c->name[0] ? c->name : "model";
     const fsdp_family *f = c->family;
@@ -56,6 +105,7 @@ int fsdp_model_config_validate(const fsdp_model_config *c, fsdp_err *err) {
     POSITIVE(head_dim);
     POSITIVE(max_position_embeddings);
 #undef POSITIVE
+    if (check_sizes(c, n, err)) return -1;
     if (c->num_heads % c->num_kv_heads)
         return fsdp_errf(err, "%s: num_key_value_heads %d does not divide num_attention_heads %d", n, c->num_kv_heads,
                          c->num_heads);
@@ -87,9 +137,6 @@ int fsdp_model_config_validate(const fsdp_model_config *c, fsdp_err *err) {
     if (f->padding_idx && c->pad_token_id >= c->vocab_size)
         return fsdp_errf(err, "%s: pad_token_id %d is not a row of the embedding (vocab_size %d)", n, c->pad_token_id,
                          c->vocab_size);
-    /* Flat unit buffers and token ids are indexed with 64-bit offsets, but per-tensor row counts with int. */
-    if ((long long)c->vocab_size * c->hidden_size > (1LL << 40))
-        return fsdp_errf(err, "%s: vocab_size x hidden_size is too large", n);
     return 0;
 }
 

@@ -68,7 +68,15 @@ const char *const *fsdp_model_preset_names(void);
 /* Fills the derived values (num_kv_heads, head_dim) left 0 by a reader; -1 with a message naming
  * the field when they cannot be derived. */
 int fsdp_model_config_derive(fsdp_model_config *cfg, fsdp_err *err);
-/* Checks that the model is one fsdp.c can train; returns -1 with a message naming the field. */
+/* Bounds on a config, so that the layout, the plans and the int row counts of the ops never
+ * overflow and a config is refused before anything of its size is allocated: at most
+ * FSDP_MAX_LAYERS layers, FSDP_MAX_TENSOR_NUMEL elements in one matrix and FSDP_MAX_PARAMS
+ * parameters (with biases and norms, counted from the config alone). */
+#define FSDP_MAX_LAYERS 16384
+#define FSDP_MAX_TENSOR_NUMEL (1LL << 40)
+#define FSDP_MAX_PARAMS (1LL << 44)
+/* Checks that the model is one fsdp.c can train, the bounds above included; returns -1 with a
+ * message naming the field. */
 int fsdp_model_config_validate(const fsdp_model_config *cfg, fsdp_err *err);
 /* 1 when two configs describe the same parameters: family, shapes, biases, tying (the name and
  * non-shape values such as epsilons or token ids are ignored). */

@@ -1,6 +1,8 @@
 /* The prepare pipeline of prepare.h: read a group, tokenize it on every thread, write it in order. */
 #include "prepare.h"
 
+#include <errno.h>
+#include <malloc.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,11 +11,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/output_paths.h"
 #include "../base/rng.h"
 #include "../io/tokens.h"
 #include "tokenizer.h"
 
 enum { STREAM_VALIDATION = 0x7a11 };
+
+/* --max-memory per byte of text in a group: tokenizing takes up to 42 bytes per byte of the
+ * documents in flight, everything counted (the text read, its copy in the group, the normalized
+ * text, pieces, BPE symbols and merge heap, the ids): the most peak RSS grew per byte of a 4 MB
+ * document among English, CJK, emoji, digits, runs of spaces, tabs, newlines, dots and one letter,
+ * with Llama 2's, Llama 3's and GPT-2's tokenizers (Llama 2's BPE takes a whole document as one word:
+ * runs of "  x" cost the most). 64 leaves room for what was not measured. */
+enum { MEMORY_PER_TEXT_BYTE = 64 };
+
+/* The streaming token writer's temporaries beside each output (io/tokens_write.c). */
+static const char *const WRITER_TEMPORARIES[] = {"", ".tmp", ".tmp-documents", ".tmp-mask"};
 
 /* The Stanford Alpaca prompt, with and without an input (LitGPT's Alpaca prompt style). */
 static const char ALPACA_WITH_INPUT[] =
@@ -51,11 +65,13 @@ typedef struct {
     uint32_t eos;
     fsdp_tokenizer_state **states;
     fsdp_ids *outputs; /* per thread */
+    size_t *largest;   /* per thread: the largest document it tokenized in the group, in bytes */
     fsdp_err *errors;  /* per document of the group */
     doc *docs;
     size_t num_docs, cap_docs;
     fsdp_arena arena;
     size_t group_bytes;
+    size_t budget;          /* bytes of text a group may hold (and one document at most) */
     uint64_t next_document; /* number of the next document over all inputs */
     fsdp_tokens_writer *writers[2];
     fsdp_buf mask;
@@ -75,6 +91,14 @@ static char *copy(run *r, const char *s, size_t n) {
     memcpy(t, s, n);
     t[n] = 0;
     return t;
+}
+
+/* The bytes of text add_document keeps for d. */
+static size_t document_bytes(const run *r, const fsdp_document *d) {
+    if (!r->alpaca) return d->len;
+    int has_input = d->input_len > 0;
+    return strlen(has_input ? ALPACA_WITH_INPUT : ALPACA_NO_INPUT) + d->len + (has_input ? 13 + d->input_len : 0) + 16 +
+           d->output_len;
 }
 
 /* Adds a document read from input `input` to the group. */
@@ -115,6 +139,7 @@ static void tokenize_one(run *r, size_t i, int thread) {
     fsdp_ids *out = &r->outputs[thread];
     fsdp_tokenizer_state *s = r->states[thread];
     x->thread = thread, x->offset = out->n;
+    if (x->len + x->response_len > r->largest[thread]) r->largest[thread] = x->len + x->response_len;
     int add = r->o->add_special_tokens;
     if (fsdp_tokenizer_encode(r->tok, s, x->text, x->len, add, out, &r->errors[i])) {
         x->failed = 1;
@@ -146,10 +171,29 @@ static void progress(run *r, uint64_t file_bytes, int final) {
     fflush(stderr);
 }
 
+/* A thread's tokenizer state and token buffer keep the size of the largest document it tokenized;
+ * left alone, every thread would in time hold a large document's worth and the bound would grow
+ * with the thread count. After a group, a thread's working memory is freed when it tokenized a
+ * document above a quarter of its share of the group (its BPE cache goes with it), and its token
+ * buffer when it outgrew a token per byte of its share: what the threads keep between groups stays
+ * within 42/4 + 4 bytes per byte of a group, beside the 42 of the group being tokenized. (Freeing
+ * the token buffers after every group cost prepare a tenth of its speed on English text.) */
+static void shrink_threads(run *r) {
+    int threads = r->o->threads;
+    size_t share = r->budget / (size_t)threads;
+    for (int t = 0; t < threads; t++) {
+        if (r->largest[t] > share / 4) {
+            fsdp_tokenizer_state_free(r->states[t]);
+            r->states[t] = fsdp_tokenizer_state_new(r->tok);
+        }
+        if (r->outputs[t].cap > share) fsdp_ids_free(&r->outputs[t]);
+    }
+}
+
 /* Tokenizes the group on every thread and writes it in order; empties the group. */
 static int flush_group(run *r, fsdp_prepare_stats *st, fsdp_err *err) {
     int threads = r->o->threads;
-    for (int t = 0; t < threads; t++) r->outputs[t].n = 0;
+    for (int t = 0; t < threads; t++) r->outputs[t].n = 0, r->largest[t] = 0;
     r->errors = realloc(r->errors, (r->num_docs + 1) * sizeof *r->errors);
     if (!r->errors) fsdp_fatal("out of host memory (prepare)");
     memset(r->errors, 0, (r->num_docs + 1) * sizeof *r->errors);
@@ -178,6 +222,7 @@ static int flush_group(run *r, fsdp_prepare_stats *st, fsdp_err *err) {
     r->num_docs = 0;
     r->group_bytes = 0;
     fsdp_arena_reset(&r->arena);
+    shrink_threads(r);
     return 0;
 }
 
@@ -194,34 +239,65 @@ static int eos_of(run *r, fsdp_err *err) {
     return 0;
 }
 
-/* Refuses inputs up front (before any work): unreadable, not regular, or the output itself. */
+/* The files prepare writes (the training file, the validation file, the writer's temporaries beside
+ * each) are none of those it reads: the inputs and the tokenizer (base/output_paths.h). */
+static int outputs_apart(const fsdp_prepare_options *o, const char *val_path, fsdp_err *err) {
+    enum { PER_FILE = sizeof WRITER_TEMPORARIES / sizeof WRITER_TEMPORARIES[0] };
+    static const char *const FLAGS[2][PER_FILE] = {
+        {"--out", "--out's temporary", "--out's temporary", "--out's temporary"},
+        {"--out's validation file", "the validation file's temporary", "the validation file's temporary",
+         "the validation file's temporary"}};
+    char paths[2][PER_FILE][4300];
+    fsdp_io_path outputs[2 * PER_FILE];
+    int n = 0;
+    for (int v = 0; v < (val_path ? 2 : 1); v++)
+        for (int k = 0; k < PER_FILE; k++) {
+            snprintf(paths[v][k], sizeof paths[v][k], "%s%s", v ? val_path : o->out, WRITER_TEMPORARIES[k]);
+            outputs[n++] = FSDP_IO_FILE(FLAGS[v][k], paths[v][k]);
+        }
+    fsdp_io_path *inputs = fsdp_xcalloc((size_t)o->num_inputs + 1, sizeof *inputs, "prepare's inputs");
+    for (int i = 0; i < o->num_inputs; i++) inputs[i] = FSDP_IO_FILE("--input", o->inputs[i]);
+    inputs[o->num_inputs] = FSDP_IO_FILE("--tokenizer", o->tokenizer);
+    int rc = fsdp_outputs_apart(outputs, n, inputs, o->num_inputs + 1, err);
+    free(inputs);
+    return rc;
+}
+
+/* Refuses inputs up front (before any work): unreadable, not regular, or an output. */
 static int check_inputs(const fsdp_prepare_options *o, const char *val_path, uint64_t *total, fsdp_err *err) {
-    struct stat out_st, val_st;
-    int out_exists = stat(o->out, &out_st) == 0, val_exists = val_path && stat(val_path, &val_st) == 0;
     *total = 0;
     for (int i = 0; i < o->num_inputs; i++) {
         if (fsdp_docs_check_path(o->inputs[i], err)) return -1;
         struct stat st;
-        stat(o->inputs[i], &st);
-        if ((out_exists && st.st_ino == out_st.st_ino && st.st_dev == out_st.st_dev) ||
-            (val_exists && st.st_ino == val_st.st_ino && st.st_dev == val_st.st_dev))
-            return fsdp_usagef(err, "prepare: %s is both an --input and an output", o->inputs[i]);
+        if (stat(o->inputs[i], &st) != 0) return fsdp_errf(err, "%s: %s", o->inputs[i], strerror(errno));
         if (access(o->inputs[i], R_OK) != 0) return fsdp_errf(err, "%s: not readable", o->inputs[i]);
         *total += (uint64_t)st.st_size;
     }
-    return 0;
+    return outputs_apart(o, val_path, err);
 }
 
-static int process_inputs(run *r, fsdp_prepare_stats *st, size_t budget, fsdp_err *err) {
+/* A training file without documents trains nothing: refused before it is published. */
+static int training_not_empty(const fsdp_prepare_options *o, const fsdp_prepare_stats *st, fsdp_err *err) {
+    if (st->documents[0] > 0) return 0;
+    if (st->documents[1] > 0)
+        return fsdp_usagef(err, "prepare: --val-fraction %g sent all %llu documents to the validation file and left "
+                                "the training file %s empty; nothing was written: give a smaller --val-fraction",
+                           o->val_fraction, (unsigned long long)st->documents[1], o->out);
+    return fsdp_errf(err, "prepare: no document of the input gave a token: the training file %s would be empty; "
+                          "nothing was written", o->out);
+}
+
+static int process_inputs(run *r, fsdp_prepare_stats *st, fsdp_err *err) {
     for (int i = 0; i < r->o->num_inputs; i++) {
-        fsdp_docs_reader *rd = fsdp_docs_open(r->o->inputs[i], r->o->format, r->o->field, budget, err);
+        fsdp_docs_reader *rd = fsdp_docs_open(r->o->inputs[i], r->o->format, r->o->field, r->budget, err);
         if (!rd) return -1;
         fsdp_document d;
         int rc;
         while ((rc = fsdp_docs_next(rd, &d, err)) > 0) {
-            add_document(r, &d, i);
-            if (r->group_bytes >= budget && flush_group(r, st, err)) rc = -1;
+            /* Tokenized before a document that would take the group past its budget. */
+            if (r->num_docs && r->group_bytes + document_bytes(r, &d) > r->budget && flush_group(r, st, err)) rc = -1;
             if (rc < 0) break;
+            add_document(r, &d, i);
             progress(r, fsdp_docs_bytes(rd), 0);
         }
         r->done_bytes += fsdp_docs_bytes(rd);
@@ -243,6 +319,16 @@ int fsdp_prepare(const fsdp_prepare_options *o, fsdp_prepare_stats *st, fsdp_err
     if (!r.tok) return -1;
     r.last_print = now(); /* the first progress line comes after some work */
     r.alpaca = o->format == FSDP_DOCS_ALPACA;
+    r.budget = o->max_memory / MEMORY_PER_TEXT_BYTE;
+#ifdef M_MMAP_THRESHOLD
+    /* glibc raises its mmap threshold to the largest block freed (up to 32 MiB); blocks below it
+     * come from the thread's arena and stay there when freed, so every thread kept a large
+     * document's worth and peak RSS grew with --threads (at --max-memory 200, one 3 MB document
+     * per group: 174 MB at 2 threads, 282 MB at 4, 307 MB at 8). A fixed threshold hands every block
+     * above 1 MiB back to the kernel when it is freed: 174 MB at any thread count. Another
+     * allocator (AddressSanitizer's) refuses the setting: it has nothing of the kind to tune. */
+    (void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     int rc = r.alpaca ? eos_of(&r, err) : 0;
     st->vocab_size = fsdp_tokenizer_vocab_size(r.tok);
     st->tokenizer_hash = fsdp_tokenizer_hash(r.tok);
@@ -257,9 +343,11 @@ int fsdp_prepare(const fsdp_prepare_options *o, fsdp_prepare_stats *st, fsdp_err
     if (rc == 0) {
         r.states = fsdp_xcalloc((size_t)o->threads, sizeof *r.states, "tokenizer states");
         r.outputs = fsdp_xcalloc((size_t)o->threads, sizeof *r.outputs, "token buffers");
+        r.largest = fsdp_xcalloc((size_t)o->threads, sizeof *r.largest, "document sizes");
         for (int t = 0; t < o->threads; t++) r.states[t] = fsdp_tokenizer_state_new(r.tok);
-        rc = process_inputs(&r, st, o->max_memory / 12, err);
-        progress(&r, 0, 1);
+        rc = process_inputs(&r, st, err);
+        if (rc == 0) rc = training_not_empty(o, st, err);
+        if (rc == 0) progress(&r, 0, 1);
     }
     if (rc == 0) rc = fsdp_tokens_writer_finish(r.writers[0], err), r.writers[0] = NULL;
     if (rc == 0 && r.writers[1]) rc = fsdp_tokens_writer_finish(r.writers[1], err), r.writers[1] = NULL;
@@ -271,6 +359,7 @@ int fsdp_prepare(const fsdp_prepare_options *o, fsdp_prepare_stats *st, fsdp_err
     }
     free(r.states);
     free(r.outputs);
+    free(r.largest);
     free(r.errors);
     free(r.docs);
     fsdp_buf_free(&r.mask);

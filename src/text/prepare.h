@@ -3,10 +3,12 @@
  * Documents are read in order into groups of bounded size, tokenized by N threads (each with its own
  * tokenizer state; a document is tokenized whole by one thread, so the output does not depend on N),
  * and written in input order. Each document goes to the training file or, with probability
- * val_fraction drawn from (seed, document number), to the validation file. Memory stays within
- * max_memory beyond the tokenizer itself: a group holds at most max_memory/12 bytes of text plus one
- * document (itself at most max_memory/12), and each byte of text gives at most one token (4 bytes)
- * and one mask byte.
+ * val_fraction drawn from (seed, document number), to the validation file. Peak memory stays within
+ * max_memory beyond the tokenizer itself for any document accepted: a group holds at most
+ * max_memory/64 bytes of text (so one document at most that much), tokenizing takes at most 42 bytes
+ * per byte of the group (measured: prepare.c), and after each group the threads give back what a
+ * large document made them hold. A training file left without documents (--val-fraction near 1) is
+ * refused, and no output may be an input or the tokenizer (base/output_paths.h).
  *
  * Alpaca records become the Stanford Alpaca prompt (with or without input) tokenized with the
  * tokenizer's special tokens (BOS, per its post-processor), then the response tokenized without them,

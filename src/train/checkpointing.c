@@ -13,6 +13,7 @@
 #include "../io/hf_config.h"
 #include "../io/jsonio.h"
 #include "checkpointing.h"
+#include "run_identity.h"
 
 static int64_t total_shard(const fsdp_trainer *t) {
     int64_t n = 0;
@@ -182,6 +183,7 @@ void fsdp_trainer_meta(const fsdp_trainer *t, fsdp_ckpt_meta *meta) {
     meta->schedule_json = fsdp_json_text(schedule_record, 0, 17);
     json_decref(schedule_record);
     meta->run_json = strdup(t->opt.run_json ? t->opt.run_json : "{}");
+    meta->identity_json = fsdp_identity_text(&t->cfg, &t->data);
     if (!meta->schedule_json || !meta->run_json) fsdp_fatal("out of host memory writing the checkpoint's records");
     meta->step = t->step;
     meta->samples_seen = (int64_t)t->samples_seen;
@@ -210,7 +212,8 @@ int fsdp_trainer_save(fsdp_trainer *t, const char *path, fsdp_err *err) {
     return rc;
 }
 
-/* The attributes a resumed run takes over must fit this run's model and schedule. */
+/* The attributes a resumed run takes over must fit this run's model and schedule, and what trained
+ * the checkpoint must be what this run trains on (run_identity.h), unless a flag says otherwise. */
 static int check_saved(fsdp_trainer *t, const char *path, const fsdp_ckpt_meta *meta, fsdp_err *err) {
     fsdp_model_config saved;
     fsdp_err cfg_err = {0};
@@ -223,7 +226,11 @@ static int check_saved(fsdp_trainer *t, const char *path, const fsdp_ckpt_meta *
         return fsdp_errf(err, "checkpoint %s holds a different model (%s) than --model %s (%s)", path, have,
                          t->opt.model, want);
     }
-    return fsdp_schedule_check_record(meta->schedule_json, meta->step, path, err);
+    if (fsdp_schedule_check_record(meta->schedule_json, meta->step, path, err)) return -1;
+    fsdp_identity_resume r = {path, t->opt.model ? t->opt.model : "(the checkpoint's)", &t->cfg, &t->data,
+                              t->opt.data ? t->opt.data : "synthetic", t->opt.allow_data_change,
+                              t->opt.allow_config_change};
+    return fsdp_identity_check_resume(&r, meta->identity_json, err);
 }
 
 int fsdp_trainer_load_into(fsdp_trainer *t, const char *path, void *host, fsdp_err *err) {

@@ -5,6 +5,11 @@
  *                       and sees the same files, one checkpoint fits); --resume is resolved (auto:
  *                       'latest', or without it the newest step file that verifies; never a fresh
  *                       start on top of existing checkpoints) and loaded, or the weights initialised.
+ *                       A resume continues only what the checkpoint was: its record of data and
+ *                       config must be this run's (run_identity.h) unless --allow-data-change /
+ *                       --allow-config-change, and a --resume FILE older than --ckpt-dir's newest is
+ *                       refused unless --rollback, which then moves the newer files (and a 'latest'
+ *                       naming one) into --ckpt-dir/rolled-back-<time>/: renamed, never deleted.
  *   fsdp_ckpt_boundary  after every step (collective, one small allreduce): agrees on signals and on
  *                       the background save in flight; finishes a save whose bytes every rank has
  *                       written (the checksums are combined, the file renamed, 'latest' moved,

@@ -1,10 +1,12 @@
 /* The checkpoints of a run (checkpointing.h): the directory before step 1, the background save at
  * step boundaries, the way out. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../base/agree.h"
@@ -119,10 +121,122 @@ static int resume_newest(fsdp_trainer *t, fsdp_saver *s, fsdp_err *err) {
     return rc;
 }
 
+/* ---- --resume FILE older than the directory's newest ----------------------------------------------- */
+
+/* "step-00000003.h5" or "step-00000003.h5 to step-00000006.h5" (the list is newest first). */
+static void span_of(const fsdp_ckpt_file *newer, int count, char *buf, size_t cap) {
+    if (count == 1)
+        snprintf(buf, cap, "%s", newer[0].name);
+    else
+        snprintf(buf, cap, "%s to %s", newer[count - 1].name, newer[0].name);
+}
+
+/* The run would write its checkpoints over the directory's newer ones (the next save of their steps
+ * replaces them, and pruning counts them): refused before anything is read, unless --rollback.
+ * *newer: those files, newest first (malloc'ed, free() it), for roll_back. */
+static int check_older(fsdp_trainer *t, const char *path, fsdp_ckpt_file **newer, int *count, fsdp_err *err) {
+    *newer = NULL, *count = 0;
+    if (!t->opt.ckpt_dir) return 0;
+    fsdp_ckpt_meta meta;
+    if (fsdp_ckpt_read_meta(t->world, path, &meta, err)) return -1;
+    long long step = (long long)meta.step;
+    fsdp_ckpt_meta_free(&meta);
+    if (list_steps(t, newer, count, err)) return -1;
+    int n = 0;
+    while (n < *count && (*newer)[n].step > step) n++;
+    *count = n;
+    if (n == 0 || t->opt.rollback) return 0;
+    char span[600];
+    span_of(*newer, n, span, sizeof span);
+    return fsdp_errf(err,
+                     "--resume %s is step %lld, but --ckpt-dir %s holds %d newer checkpoint(s) (%s) that this run would "
+                     "write over: pass --rollback to move them aside into %s/rolled-back-<time>/ and continue from "
+                     "step %lld, or --resume auto to continue from the newest",
+                     path, step, t->opt.ckpt_dir, n, span, t->opt.ckpt_dir, step);
+}
+
+/* 1 when `path` lies in directory `dir` (compared by inode: any spelling of either). */
+static int in_dir(const char *path, const char *dir) {
+    char parent[4400];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    struct stat a, b;
+    return stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Rank 0: renames one entry of dir into dest (same file system: nothing is copied or deleted). */
+static int move_into(const char *dir, const char *name, const char *dest, fsdp_err *err) {
+    char from[4400], to[4700];
+    snprintf(from, sizeof from, "%s/%s", dir, name);
+    snprintf(to, sizeof to, "%s/%s", dest, name);
+    if (rename(from, to) != 0)
+        return fsdp_errf(err, "--rollback: rename(%s, %s) failed on rank 0: %s", from, to, strerror(errno));
+    return 0;
+}
+
+/* Rank 0: a new folder dir/rolled-back-<local time>[-N] in `dest`. */
+static int make_rollback_dir(const char *dir, char *dest, size_t cap, fsdp_err *err) {
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32] = "unknown-time";
+    if (localtime_r(&now, &tm)) strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    for (int i = 0; i < 100; i++) {
+        if (i == 0)
+            snprintf(dest, cap, "%s/rolled-back-%s", dir, stamp);
+        else
+            snprintf(dest, cap, "%s/rolled-back-%s-%d", dir, stamp, i);
+        if (mkdir(dest, 0777) == 0) return 0;
+        if (errno != EEXIST) break;
+    }
+    return fsdp_errf(err, "--rollback: mkdir(%s) failed on rank 0: %s", dest, strerror(errno));
+}
+
+/* --rollback, once the older checkpoint has loaded: its newer ones, and 'latest' when it named one of
+ * them, move into a new folder of the directory; 'latest' then names the resumed file when it lies
+ * in the directory. Collective. */
+static int roll_back(fsdp_trainer *t, const char *path, const fsdp_ckpt_file *newer, int count, fsdp_err *err) {
+    const char *dir = t->opt.ckpt_dir;
+    char dest[4400] = "";
+    int moved_latest = 0;
+    if (count == 0) return 0;
+    if (fsdp_rank() == 0 && make_rollback_dir(dir, dest, sizeof dest, err) == 0) {
+        char latest[4400];
+        fsdp_err ignore = {0};
+        const char *latest_name =
+            fsdp_ckpt_find_latest(dir, latest, sizeof latest, &ignore) == 1 ? strrchr(latest, '/') + 1 : NULL;
+        for (int i = 0; i < count && !err->failed; i++)
+            if (move_into(dir, newer[i].name, dest, err) == 0 && latest_name && !strcmp(latest_name, newer[i].name))
+                moved_latest = 1;
+        if (!err->failed && moved_latest && move_into(dir, "latest", dest, err) == 0 && in_dir(path, dir))
+            fsdp_ckpt_set_latest(dir, strrchr(path, '/') ? strrchr(path, '/') + 1 : path, err);
+        int dfd = open(dir, O_RDONLY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd); /* best effort, as for every rename in the directory */
+            close(dfd);
+        }
+    }
+    if (fsdp_agree(t->world, err)) return -1;
+    char span[600];
+    span_of(newer, count, span, sizeof span);
+    fsdp_log("--rollback: moved the %d checkpoint(s) newer than step %d (%s)%s into %s/; nothing was deleted, and the "
+             "run continues from step %d\n", count, t->step, span, moved_latest ? " and 'latest'" : "", dest, t->step);
+    return 0;
+}
+
 static int resume(fsdp_trainer *t, fsdp_saver *s, fsdp_err *err) {
     const char *r = t->opt.resume;
     if (!r) return 0;
-    if (strcmp(r, "auto")) return load(t, s, r, err);
+    if (strcmp(r, "auto")) {
+        fsdp_ckpt_file *newer = NULL;
+        int count = 0, rc = check_older(t, r, &newer, &count, err);
+        if (rc == 0) rc = load(t, s, r, err);
+        if (rc > 0 && roll_back(t, r, newer, count, err)) rc = -1;
+        free(newer);
+        return rc;
+    }
     char path[4400] = "";
     int found = fsdp_rank() == 0 ? fsdp_ckpt_find_latest(t->opt.ckpt_dir, path, sizeof path, err) : 0;
     if (fsdp_agree(t->world, err)) return -1;

@@ -52,7 +52,7 @@ static int open_file(fsdp_data *d, const fsdp_data_spec *s, fsdp_err *err) {
     }
     d->tokens = fsdp_xmalloc(((size_t)s->seq + 1) * sizeof(int32_t), "a sample's tokens");
     d->mask = fsdp_xmalloc((size_t)s->seq + 1, "a sample's mask");
-    return 0;
+    return fsdp_data_require_targets(d, err);
 }
 
 int fsdp_data_open(fsdp_data *d, const fsdp_data_spec *s, fsdp_err *err) {
@@ -123,6 +123,8 @@ static void fill(const fsdp_data *d, int n, int32_t *inputs, int32_t *targets) {
     }
 }
 
+static int read_unit(fsdp_data *d, uint64_t unit, int32_t *inputs, int32_t *targets, fsdp_err *err);
+
 int fsdp_data_sample(fsdp_data *d, uint64_t index, int32_t *inputs, int32_t *targets, fsdp_err *err) {
     int T = d->seq;
     if (d->synthetic) {
@@ -147,7 +149,12 @@ int fsdp_data_sample(fsdp_data *d, uint64_t index, int32_t *inputs, int32_t *tar
         uint64_t epoch = index / d->samples, pos = index % d->samples;
         unit = permute(pos, d->samples, fsdp_rand_u64(d->seed, STREAM_EPOCH, epoch));
     }
-    int n;
+    return read_unit(d, unit, inputs, targets, err);
+}
+
+/* Window or example `unit` of the file, in file order. */
+static int read_unit(fsdp_data *d, uint64_t unit, int32_t *inputs, int32_t *targets, fsdp_err *err) {
+    int T = d->seq, n;
     if (d->packing == FSDP_PACK_PAD) {
         uint64_t se[2];
         if (fsdp_tokens_documents(&d->file, unit, 1, se, err)) return -1;
@@ -162,6 +169,27 @@ int fsdp_data_sample(fsdp_data *d, uint64_t index, int32_t *inputs, int32_t *tar
     }
     fill(d, n, inputs, targets);
     return 0;
+}
+
+int fsdp_data_require_targets(fsdp_data *d, fsdp_err *err) {
+    if (d->synthetic) return 0;
+    int32_t *inputs = fsdp_xmalloc((size_t)d->seq * sizeof(int32_t), "a sample's inputs");
+    int32_t *targets = fsdp_xmalloc((size_t)d->seq * sizeof(int32_t), "a sample's targets");
+    int found = 0, rc = 0;
+    /* Usually the first sample has a target; only a file with none is read to its end. */
+    for (uint64_t u = 0; u < d->samples && !found && rc == 0; u++) {
+        rc = read_unit(d, u, inputs, targets, err);
+        for (int i = 0; rc == 0 && i < d->seq && !found; i++) found = targets[i] >= 0;
+    }
+    free(inputs);
+    free(targets);
+    if (rc || found) return rc;
+    return fsdp_errf(err, "%s %s: no token of it counts in the loss (every target is masked or padding%s): %s would "
+                     "learn nothing", d->flag, d->file.path,
+                     d->packing == FSDP_PACK_PAD ? "; an example keeps only its first --seq + 1 tokens, so a prompt "
+                                                   "that long leaves no response token"
+                                                 : "",
+                     d->eval ? "evaluating it" : "training on it");
 }
 
 int fsdp_data_epoch_steps(const fsdp_data *d, double epochs, uint64_t global_batch, int *steps, fsdp_err *err) {
@@ -187,6 +215,17 @@ int fsdp_data_check_tokenizer(const fsdp_data *d, const char *tokenizer_json, fs
                          tokenizer_json, (unsigned long long)d->file.tokenizer_hash, (unsigned long long)hash,
                          tokenizer_json);
     return 0;
+}
+
+fsdp_data_identity fsdp_data_identity_of(const fsdp_data *d) {
+    fsdp_data_identity id = {d->synthetic, 0, (uint64_t)d->synthetic_vocab};
+    if (!d->synthetic) id.tokenizer_hash = d->file.tokenizer_hash, id.vocab_size = d->file.vocab_size;
+    return id;
+}
+
+int fsdp_data_identity_differs(const fsdp_data_identity *a, const fsdp_data_identity *b) {
+    if (a->synthetic != b->synthetic || a->vocab_size != b->vocab_size) return 1;
+    return a->tokenizer_hash && b->tokenizer_hash && a->tokenizer_hash != b->tokenizer_hash;
 }
 
 void fsdp_data_describe(const fsdp_data *d, char *buf, size_t cap) {

@@ -79,6 +79,11 @@ void fsdp_data_close(fsdp_data *d);
 /* Fills inputs[seq] and targets[seq] of sample `index` (any index in training: epochs wrap; below
  * d->samples in evaluation, and a row past them is all padding with no counted target). */
 int fsdp_data_sample(fsdp_data *d, uint64_t index, int32_t *inputs, int32_t *targets, fsdp_err *err);
+/* Refuses a file where no target counts in the loss (every token masked, or cut off by --seq, or
+ * padding): training on it would report a loss of 0 and learn nothing, and its evaluation would
+ * divide by zero. fsdp_data_open checks every file so, reading samples in file order until the
+ * first counted target (one sample, unless the file has few or none). */
+int fsdp_data_require_targets(fsdp_data *d, fsdp_err *err);
 /* The sample index of row b of rank r's micro-batch a in the step starting at `first`. */
 static inline uint64_t fsdp_data_index(uint64_t first, int world, int mbs, int rank, int micro, int row) {
     return first + ((uint64_t)micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)mbs + (uint64_t)row;
@@ -89,6 +94,18 @@ int fsdp_data_epoch_steps(const fsdp_data *d, double epochs, uint64_t global_bat
 /* Refuses a token file made with another tokenizer than `tokenizer_json` (when that file exists and
  * the token file records a tokenizer hash): the model directory's tokenizer.json. */
 int fsdp_data_check_tokenizer(const fsdp_data *d, const char *tokenizer_json, fsdp_err *err);
+/* What the ids of a data source mean, as checkpoints record it: synthetic tokens in [0, vocab), or a
+ * token file's tokenizer (its hash, 0 when the file records none, and its vocabulary). */
+typedef struct {
+    int synthetic;
+    uint64_t tokenizer_hash;
+    uint64_t vocab_size;
+} fsdp_data_identity;
+fsdp_data_identity fsdp_data_identity_of(const fsdp_data *d);
+/* 1 when ids of `a` and `b` may mean other words: another source, another vocabulary, or two
+ * tokenizer hashes that differ (a hash of 0 is unknown and compared with nothing, as in
+ * fsdp_data_check_tokenizer). */
+int fsdp_data_identity_differs(const fsdp_data_identity *a, const fsdp_data_identity *b);
 /* One line for the run's description: the file, its documents and how they become samples. */
 void fsdp_data_describe(const fsdp_data *d, char *buf, size_t cap);
 /* "stream" or "pad". */

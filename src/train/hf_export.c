@@ -13,7 +13,9 @@
 #include "../base/agree.h"
 #include "../base/fault.h"
 #include "../base/log.h"
+#include "../base/output_paths.h"
 #include "../io/checkpoint.h"
+#include "../io/export_dir.h"
 #include "../io/hf_config.h"
 #include "../io/hf_model_dir.h"
 #include "../io/safetensors_write.h"
@@ -30,6 +32,7 @@ typedef struct {
     fsdp_layout layout;
     fsdp_hf_weights hf;
     uint64_t seed;
+    int model_is_path; /* SRC_INIT from a config.json (or its directory), not a preset */
 } source;
 
 static int resolve(const fsdp_export_options *o, source *s, fsdp_err *err) {
@@ -40,6 +43,7 @@ static int resolve(const fsdp_export_options *o, source *s, fsdp_err *err) {
         if (fsdp_model_preset(o->model, &s->cfg) == 0) return 0;
         if (stat(o->model, &st) != 0)
             return fsdp_usagef(err, "export: --model '%s' is neither a preset nor a config.json", o->model);
+        s->model_is_path = 1;
         return fsdp_hf_config_load(o->model, &s->cfg, err);
     }
     if (stat(o->checkpoint, &st) != 0) return fsdp_errf(err, "--checkpoint %s: no such file or directory", o->checkpoint);
@@ -222,36 +226,24 @@ static int read_round(MPI_Comm comm, source *s, item *items, int n, fsdp_err *er
 
 /* ---- the export ---- */
 
-typedef struct {
-    const char *dir;
-    const fsdp_st_plan *plan;
-} temporaries;
-
-static void discard(void *arg) {
-    const temporaries *t = arg;
-    fsdp_st_discard(t->dir, t->plan);
-    fsdp_hf_discard_configs(t->dir);
-}
-
-/* Rank 0: the output directory exists (created if not) and holds no model unless --force. */
-static int prepare_out(const fsdp_export_options *o, const source *s, int *created, fsdp_err *err) {
-    struct stat st;
-    char what[256];
-    *created = 0;
-    if (stat(o->out, &st) != 0) {
-        if (mkdir(o->out, 0777) != 0) return fsdp_errf(err, "--out %s: cannot create the directory: %s", o->out, strerror(errno));
-        *created = 1;
-        return 0;
-    }
-    if (!S_ISDIR(st.st_mode)) return fsdp_errf(err, "--out %s exists and is not a directory", o->out);
+/* Rank 0, before anything is written: the files the export replaces in --out are none of those it
+ * reads (output_paths.h), and --out is not the model directory being exported. */
+static int check_out(const fsdp_export_options *o, const source *s, fsdp_err *err) {
     if (s->kind == SRC_HF) {
         char a[4096], b[4096];
         if (realpath(o->out, a) && realpath(s->path, b) && !strcmp(a, b))
-            return fsdp_errf(err, "--out %s is the directory being exported", o->out);
+            return fsdp_usagef(err, "--out %s is the directory being exported", o->out);
     }
-    if (!o->force && fsdp_hf_dir_has_model(o->out, what, sizeof what))
-        return fsdp_errf(err, "--out %s already holds a model (%s); pass --force to replace it", o->out, what);
-    return 0;
+    fsdp_io_path outputs[] = {FSDP_IO_DIR("--out", o->out, fsdp_export_replaces)};
+    fsdp_io_path inputs[1];
+    int n = 0;
+    if (s->kind == SRC_HF)
+        inputs[n++] = FSDP_IO_DIR("--checkpoint", s->path, fsdp_model_dir_reads);
+    else if (s->kind == SRC_CHECKPOINT)
+        inputs[n++] = FSDP_IO_FILE("--checkpoint", s->path);
+    else if (s->model_is_path)
+        inputs[n++] = FSDP_IO_DIR("--model", o->model, fsdp_model_dir_reads);
+    return fsdp_outputs_apart(outputs, 1, inputs, n, err);
 }
 
 static const char *source_text(const source *s, char *buf, size_t cap) {
@@ -276,8 +268,9 @@ static void report(const progress *pr, double *last, uint64_t total_bytes) {
     fsdp_log("export: %3.0f%% of %.2f GB, %.0f MB/s, ETA %.0f s\n", 100 * frac, total_bytes / 1e9, rate / 1e6, eta);
 }
 
-/* Every round: read, agree, encode, hand to the writer. */
-static int write_all(MPI_Comm comm, source *s, const fsdp_st_plan *plan, fsdp_st_writer *w, fsdp_err *err) {
+/* Every round: read, agree, encode, hand to the writer. *pieces: how many this rank read. */
+static int write_all(MPI_Comm comm, source *s, const fsdp_st_plan *plan, fsdp_st_writer *w, int *pieces,
+                     fsdp_err *err) {
     int rank, world;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &world);
@@ -340,6 +333,7 @@ static int write_all(MPI_Comm comm, source *s, const fsdp_st_plan *plan, fsdp_st
     free(bytes[0]);
     free(bytes[1]);
     free(values);
+    *pieces = pieces_done;
     return err->failed ? -1 : 0;
 }
 
@@ -349,12 +343,17 @@ int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
     double t0 = fsdp_now();
     source s;
     if (open_source(comm, o, &s, err)) return -1;
-    int created = 0;
-    if (rank == 0) prepare_out(o, &s, &created, err);
+    /* Rank 0 owns --out: its lock, and the staging directory every rank writes into. */
+    fsdp_export_dir *dir = NULL;
+    char staging[4600] = "";
+    if (rank == 0 && check_out(o, &s, err) == 0 && (dir = fsdp_export_dir_begin(o->out, o->force, err)) != NULL)
+        snprintf(staging, sizeof staging, "%s", fsdp_export_dir_staging(dir));
     if (fsdp_agree(comm, err)) {
+        fsdp_export_dir_end(dir);
         close_source(&s);
         return -1;
     }
+    FSDP_CHECK_MPI(MPI_Bcast(staging, (int)sizeof staging, MPI_CHAR, 0, comm));
     fsdp_st_spec *specs = fsdp_xcalloc((size_t)s.layout.num_params + 1, sizeof *specs, "export tensors");
     for (int i = 0; i < s.layout.num_params; i++) {
         const fsdp_param_desc *p = &s.layout.params[i];
@@ -366,30 +365,30 @@ int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
     fsdp_st_plan plan;
     fsdp_st_plan_build(specs, s.layout.num_params, o->bf16 ? FSDP_ST_BF16 : FSDP_ST_F32, o->max_shard_bytes, &plan, err);
     free(specs);
-    temporaries tmp = {o->out, &plan};
-    int hook = -1;
     if (rank == 0 && !err->failed) {
-        hook = fsdp_cleanup_push(discard, &tmp);
-        if (fsdp_st_create(o->out, &plan, err) == 0)
-            fsdp_hf_stage_configs(o->out, &s.cfg, o->bf16 ? "bfloat16" : "float32", err);
+        if (fsdp_st_create(staging, &plan, err) == 0)
+            fsdp_hf_stage_configs(staging, &s.cfg, o->bf16 ? "bfloat16" : "float32", err);
     }
     fsdp_st_writer w;
     memset(&w, 0, sizeof w);
+    int pieces = 0;
     if (fsdp_agree(comm, err) == 0) {
-        fsdp_st_writer_open(&w, o->out, &plan, err);
-        if (fsdp_agree(comm, err) == 0) write_all(comm, &s, &plan, &w, err);
+        fsdp_st_writer_open(&w, staging, &plan, err);
+        if (fsdp_agree(comm, err) == 0) write_all(comm, &s, &plan, &w, &pieces, err);
     }
     if (w.fds) fsdp_st_writer_close(&w, !err->failed, err);
     if (fsdp_agree(comm, err) == 0 && rank == 0) {
-        if (fsdp_st_publish(o->out, &plan, err) == 0) fsdp_hf_publish_configs(o->out, err);
+        if (fsdp_st_publish(staging, &plan, err) == 0 && fsdp_hf_publish_configs(staging, err) == 0) {
+            /* FSDP_TEST_FAIL counts two more points after the pieces: the new model complete beside
+             * --out, then --out switched to it with the old model not yet removed. */
+            fsdp_fault_point(pieces + 1);
+            if (fsdp_export_dir_switch(dir, err) == 0) fsdp_fault_point(pieces + 2);
+        }
     }
     int rc = fsdp_agree(comm, err);
     if (rank == 0) {
-        fsdp_cleanup_pop(hook);
-        if (rc) {
-            discard(&tmp);
-            if (created) rmdir(o->out);
-        } else {
+        fsdp_export_dir_end(dir); /* the old model or the unused staging directory goes; the lock too */
+        if (rc == 0) {
             char from[4400];
             double secs = fsdp_now() - t0;
             fsdp_log("export: wrote %s: %d weight file%s, %.2f GB (%s) from %s in %.2f s (%.0f MB/s)\n", o->out,

@@ -8,10 +8,17 @@
  * Collective over every rank of comm. Each tensor is split into one contiguous element range per
  * rank; in rounds of at most FSDP_EXPORT_ROUND_ELEMENTS elements per rank, every rank reads its
  * ranges (a collective parallel-HDF5 read for a checkpoint), encodes them and hands them to a writer
- * thread that pwrites them into the preallocated files while the next round is read. Rank 0 creates
- * the files under temporary names and publishes them (weights first, config.json last) only after
- * every rank wrote and synced its part; on any failure the temporaries are removed, so nothing is
- * ever left under a final name. A directory that already holds a model is refused unless `force`. */
+ * thread that pwrites them into the preallocated files while the next round is read. The files go
+ * into a staging directory beside --out that rank 0 creates (io/export_dir.h), under temporary
+ * names renamed once every rank wrote and synced its part; then rank 0 swaps the staging directory
+ * in for --out in one rename, so a reader of --out sees the old model or the new one, never a mix,
+ * and removes the old model. Rank 0 holds --out's lock throughout: a second export into it fails at
+ * once. On any failure or SIGTERM/SIGINT the staging directory is removed and --out is untouched.
+ * What the export writes is never what it reads (base/output_paths.h); a directory that already
+ * holds a model is refused unless `force`.
+ *
+ * FSDP_TEST_FAIL (base/fault.h) counts, on each rank, the pieces it reads (1..P), then on rank 0
+ * P+1: the new model complete beside --out, and P+2: --out switched, the old model not yet removed. */
 #ifndef FSDP_TRAIN_HF_EXPORT_H
 #define FSDP_TRAIN_HF_EXPORT_H
 

@@ -221,9 +221,10 @@ static int read_chunk(pipeline *pl, const chunk *ch, void *raw, int64_t *bytes, 
         const void *data;
         if (fsdp_st_read_raw_aligned(&pl->w->set, sources[k], ch->start, ch->count, raw, &data, err)) return -1;
         *bytes += ch->count * fsdp_st_dtype_bits(sources[k]->dtype) / 8;
-        if (k == 0)
+        if (k == 0) {
             fsdp_st_convert_f32(sources[k]->dtype, data, ch->count, out);
-        else if (fsdp_hf_weights_check_tied(pl->w, ch->start, ch->count, data, out, err))
+            if (fsdp_hf_weights_check_finite(pl->w, sources[k], ch->start, ch->count, out, err)) return -1;
+        } else if (fsdp_hf_weights_check_tied(pl->w, ch->start, ch->count, data, out, err))
             return -1;
     }
     return 0;

@@ -68,6 +68,18 @@ int fsdp_hf_weights_check_tied(const fsdp_hf_weights *w, int64_t start, int64_t 
     return 0;
 }
 
+int fsdp_hf_weights_check_finite(const fsdp_hf_weights *w, const fsdp_st_tensor *t, int64_t start, int64_t count,
+                                 const float *values, fsdp_err *err) {
+    /* By the bits: an exponent of all ones is an infinity or a NaN, whatever -ffast-math assumes. */
+    const uint32_t *bits = (const uint32_t *)(const void *)values;
+    int64_t i = 0;
+    while (i < count && (bits[i] & 0x7f800000u) != 0x7f800000u) i++;
+    if (i == count) return 0;
+    return fsdp_errf(err, "%s: tensor %s holds non-finite values (NaN or infinity), the first at element %lld (%g): "
+                     "the model diverged or the file is damaged", fsdp_st_path(&w->set, t),
+                     t->name, (long long)(start + i), (double)values[i]);
+}
+
 static int check_tied_copy(fsdp_hf_weights *w, int64_t start, int64_t count, const float *embed, int64_t *bytes,
                            fsdp_err *err) {
     enum { STEP = 1 << 22 };

@@ -42,6 +42,12 @@ int fsdp_hf_weights_sources(const fsdp_hf_weights *w, int param, const fsdp_st_t
  * first element that differs. */
 int fsdp_hf_weights_check_tied(const fsdp_hf_weights *w, int64_t start, int64_t count, const void *head_raw,
                                const float *embed, fsdp_err *err);
+/* Refuses a NaN or an infinity among `values`, elements [start, start + count) of file tensor t
+ * converted to fp32: the message names the file, the tensor and the first such element. For
+ * training and evaluation (--init-from), where every step from such weights would be skipped; an
+ * export converts special values as they are (fsdp_hf_weights_read does not check). */
+int fsdp_hf_weights_check_finite(const fsdp_hf_weights *w, const fsdp_st_tensor *t, int64_t start, int64_t count,
+                                 const float *values, fsdp_err *err);
 void fsdp_hf_weights_close(fsdp_hf_weights *w);
 /* "2 files, bf16" for messages. */
 void fsdp_hf_weights_describe(const fsdp_hf_weights *w, char *buf, int cap);

@@ -67,6 +67,10 @@ typedef struct {
     int ckpt_every, keep;
     int overwrite;              /* --overwrite: a fresh run may replace the checkpoints in ckpt_dir */
     const char *resume;         /* NULL, "auto" or a file */
+    /* What --resume FILE may change (src/train/run_identity.h, ckpt_saver.c); each refused without: */
+    int rollback;               /* --rollback: the --ckpt-dir's newer checkpoints are moved aside */
+    int allow_data_change;      /* --allow-data-change: data of another tokenizer or source */
+    int allow_config_change;    /* --allow-config-change: other values of config fields that change the maths */
     const char *metrics;
     int log_every;
     const char *run_json;       /* the flags as JSON, stored in checkpoints */

@@ -19,6 +19,7 @@
 #include "checkpointing.h"
 #include "optimizer.h"
 #include "preemption.h"
+#include "run_outputs.h"
 #include "unigram.h"
 
 /* Where a step's time goes, from events on the compute stream (waits for communication included):
@@ -72,7 +73,7 @@ static int check_seq(fsdp_trainer *t, fsdp_err *err) {
                        "--seq %d exceeds the model's max_position_embeddings %d%s", o->seq, max,
                        t->cfg.family->pos == FSDP_POS_LEARNED ? " (its positions are learned)"
                                                         : ": positions beyond it were never trained; pass "
-                                                          "--allow-longer-seq to train on longer sequences anyway");
+                                                          "--allow-longer-seq to use longer sequences anyway");
 }
 
 static int create_engine_and_optimizer(fsdp_trainer *t, fsdp_err *err) {
@@ -569,7 +570,7 @@ static int setup_fitting(fsdp_trainer *t, fsdp_err *err) {
 
 static int run(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
-    if (setup_fitting(t, err)) return -1;
+    if (fsdp_run_outputs_apart(t->world, o, err) || setup_fitting(t, err)) return -1;
     int resumed = 0;
     if (fsdp_ckpt_setup(t, &resumed, err)) return -1;
     if (o->metrics && fsdp_rank() == 0 && fsdp_regular_or_absent(o->metrics, "--metrics", err) >= 0)

@@ -26,7 +26,8 @@ static const fsdp_ckpt_tensor TENSORS[NT] = {
 };
 
 static int64_t numel(int t) { return TENSORS[t].shape[0] * (TENSORS[t].ndim == 2 ? TENSORS[t].shape[1] : 1); }
-static float value(int t, int k, int64_t i) { return (float)((t * 7 + k * 3 + i) % 509) * 0.125f - 30.0f; }
+/* Second moments (kind 2) are never negative: the writer and the readers refuse a negative one. */
+static float value(int t, int k, int64_t i) { return (float)((t * 7 + k * 3 + i) % 509) * 0.125f - (k == 2 ? 0.0f : 30.0f); }
 
 static void meta_of(fsdp_ckpt_meta *m) {
     memset(m, 0, sizeof *m);
@@ -242,6 +243,14 @@ int main(int argc, char **argv) {
     memset(&err, 0, sizeof err);
     rc = fsdp_ckpt_write(MPI_COMM_WORLD, bad, TENSORS, NT, w.p, w.n, &meta, &err);
     same_failure(rc, &err, "optimizer/exp_avg_sq/model.layers.0.mlp.up_proj.weight holds non-finite values", "rank 1",
+                 __LINE__);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(access(bad, F_OK) != 0 && count_tmp() == 0);
+    /* A negative second moment: refused the same way, naming the element. */
+    if (rank == 1) ((float *)w.p[2].exp_avg_sq)[3] = -1.0f;
+    memset(&err, 0, sizeof err);
+    rc = fsdp_ckpt_write(MPI_COMM_WORLD, bad, TENSORS, NT, w.p, w.n, &meta, &err);
+    same_failure(rc, &err, "optimizer/exp_avg_sq/model.layers.0.mlp.up_proj.weight holds negative values", "(-1)",
                  __LINE__);
     MPI_Barrier(MPI_COMM_WORLD);
     CHECK(access(bad, F_OK) != 0 && count_tmp() == 0);

@@ -128,8 +128,9 @@ windows = int(out.split("stream: ")[1].split(" windows")[0])
 t.check(len(full) > 4 and windows % 12 != 0 and 2 * 12 < windows,
         "stream --epochs 2.5: %d steps over %d windows (an epoch ends inside a step, after the checkpoint at 2)"
         % (len(full), windows))
+# --rollback: the directory holds the full run's later checkpoints, which the resumed run's saves replace.
 resumed, _, _ = train(2, ["--data", SFT, "--packing", "stream", "--epochs", "2.5", "--ckpt-dir", ck, "--resume",
-                          os.path.join(ck, "step-00000002.h5")], "resume-part", 3)
+                          os.path.join(ck, "step-00000002.h5"), "--rollback"], "resume-part", 3)
 t.check([r["loss"] for r in resumed] == [r["loss"] for r in full[2:]] and
         [r["samples_seen"] for r in resumed] == [r["samples_seen"] for r in full[2:]],
         "resumed inside the first epoch: steps 3-%d bit-identical, through the epoch boundaries" % len(full))
