@@ -19,6 +19,7 @@ next one starts; --budget stops starting runs after that many seconds (the rest:
   python3 bench/links.py --suite 1b --links nvlink,ib --budget 300 --timeout 240
   python3 bench/links.py --suite 7b --links eth --rows 'int8|compile' --budget 300 --timeout 240
   python3 bench/links.py --suite eth-accum --links nvlink,eth --only fsdp --tag accum --budget 300
+  python3 bench/links.py --suite 1b --only fsdp --rows 'FULL$' --trace --budget 300   # one timeline per link
 
 A run already started goes on to its --timeout: under a limit on the whole command (10 minutes on the
 GPU hosts), --budget plus --timeout inside it means no run is cut off.
@@ -30,6 +31,7 @@ This script itself uses the standard library only.
 import argparse
 import ast
 import datetime
+import glob
 import json
 import os
 import re
@@ -91,6 +93,9 @@ ROWS = [
     ("1b", "fsdp", "fsdp.c SHARD_GRAD_OP, reduce int8 (gather bf16)", "--strategy SHARD_GRAD_OP --reduce-dtype int8",
      IB),
     ("1b", "ref", "FSDP2 FULL_SHARD (no compile)", FSDP2_EAGER, IB),
+    # issue 22: the strategy and wire options fsdp plan's table puts first for a 25 GB/s link between two
+    # nodes of one GPU (--ranks-per-node 1), against the rows above measured in the same call.
+    ("1b", "fsdp", "fsdp.c --strategy auto (told 25 GB/s)", "--strategy auto --ranks-per-node 1 --link-gbps 25", IB),
 
     ("7b", "fsdp", "fsdp.c FULL", "--strategy FULL", None),
     ("7b", "fsdp", "fsdp.c FULL, reduce int8, gather int8", "--strategy FULL --reduce-dtype int8 --gather-dtype int8",
@@ -273,7 +278,7 @@ def parse_metrics(path):
                 out[key] = v
                 total = v.get("total", sum(x for x in v.values() if isinstance(x, (int, float))))
                 out[key.replace("bytes", "gb")] = total / 1e9
-        for key in ("world_size", "strategy", "mfu", "tflops_per_gpu"):
+        for key in ("world_size", "strategy", "mfu", "tflops_per_gpu", "trace"):
             if key in summary:
                 out[key] = summary[key]
     return out
@@ -403,6 +408,23 @@ def render(meta, rows, runs, bw, links, done):
                     for mb in BW_SIZES]
             L.append("| " + " | ".join([LINK_NAMES[l]] + vals) + " |")
         L.append("")
+    traced = [r for r in runs if isinstance(r.get("trace"), dict)]
+    if traced:
+        # --trace: fsdp train's timeline summary (docs/FORMATS.md "Trace files"), per step, the ranks' mean.
+        L += ["## Timelines (--trace: busy ms per step and stream, communication hidden under compute)", "",
+              "| link | configuration | steps | compute | gather | reduce | communication | hidden | exposed | "
+              "comm wait | trace files |", "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+        for run in traced:
+            tr = run["trace"]
+            busy = tr.get("busy_ms", {})
+            L.append("| " + " | ".join([
+                LINK_NAMES.get(run["link"], run["link"]), run["label"], "%s-%s" % (tr.get("first_step"), tr.get("last_step")),
+                num(busy.get("compute"), "%.1f"), num(busy.get("gather"), "%.1f"), num(busy.get("reduce"), "%.1f"),
+                num(tr.get("comm_ms"), "%.1f"), num(100 * tr["overlap"] if tr.get("overlap") is not None else None,
+                                                    "%.0f%%"),
+                num(tr.get("exposed_ms"), "%.1f"), num(tr.get("comm_wait_ms"), "%.1f"),
+                os.path.basename(run.get("trace_files", ""))]) + " |")
+        L.append("")
     L += ["## Every run", "",
           "| link | suite | configuration | status | tok/s/GPU | max reserved GiB | step ms | comm wait | "
           "GB sent/step | GB min | elapsed s |", "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|"]
@@ -487,6 +509,10 @@ def main():
                    help="the launcher of the reference and nccl_bw.py (shell syntax)")
     p.add_argument("--mpirun-args", default="", help="added after mpirun (shell syntax, e.g. --oversubscribe)")
     p.add_argument("--extra", default="", help="flags added to every fsdp.c command (shell syntax)")
+    p.add_argument("--trace", action="store_true",
+                   help="keep one timeline per link: the link's first fsdp.c row runs with fsdp train --trace (its "
+                        "default steps); the files go beside the results (and to $OUT), their summary into the "
+                        ".json and a table of the .md")
     p.add_argument("--dry-run", action="store_true", help="print every command, per link, and run nothing")
     args = p.parse_args()
 
@@ -578,6 +604,7 @@ def main():
     if args.dry_run:
         print("# common environment: %s" % " ".join("%s=%s" % kv for kv in sorted(COMMON_ENV.items())), flush=True)
     done = False
+    traced_links = set()  # --trace: the links whose timeline is kept
     try:
         for link in links:
             runner.link_env = dict(LINKS[link])
@@ -632,6 +659,10 @@ def main():
                         flags = FSDP_COMMON + shlex.split(r["flags"])
                         if s["accum"] > 1:
                             flags += ["--grad-accum", str(s["accum"])]
+                        if args.trace and link not in traced_links:
+                            traced_links.add(link)
+                            rec["trace_files"] = "%s-%s-trace.rank*.json" % (base, link)
+                            flags += ["--trace", "%s-%s-trace.json" % (base, link)]
                         c.update(ours=flags, ref=None, steps=steps_of(r["suite"]))
                         res = compare.run_fsdp(c, args, env, workdir)
                     else:
@@ -650,6 +681,9 @@ def main():
                         rec[k] = res[k]
                 if r["program"] == "fsdp" and runner.metrics:
                     rec.update(parse_metrics(runner.metrics))
+                    if outdir and rec.get("trace_files"):  # the GPU tool returns only what is under $OUT
+                        for f in glob.glob(rec["trace_files"]):
+                            shutil.copyfile(f, os.path.join(outdir, os.path.basename(f)))
                     try:
                         os.remove(runner.metrics)
                     except OSError:

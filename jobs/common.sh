@@ -27,7 +27,8 @@
 #   EPOCHS            passes over --data instead of MAX_STEPS steps (--epochs; unset: --steps MAX_STEPS)
 #   FSDP_BIN          the program (default: build/fsdp of this repository)
 #   FSDP_SETUP        a file sourced first, e.g. one with the `module load` lines of your cluster
-#   RANKS             outside SLURM only: ranks for mpirun (default: the GPUs; with DEVICE=cpu, 2)
+#   RANKS             outside SLURM only: ranks for mpirun (default: the GPUs that CUDA_VISIBLE_DEVICES
+#                     leaves visible; with DEVICE=cpu, 2)
 #
 # Each run's folder: metrics.jsonl (fsdp train --metrics), train.log (its output), done (written when
 # it finished), ckpt/ (with CHECKPOINTS=yes). The layout of a results folder is in README.md
@@ -38,6 +39,9 @@ FAILED_RUNS=()
 # Signals and requeueing (fsdp_forward_signals, fsdp_wait_step, fsdp_requeue_if_stopped).
 # shellcheck source=jobs/preempt.sh
 . "$FSDP_ROOT/jobs/preempt.sh" || exit 2
+# The GPUs that CUDA_VISIBLE_DEVICES leaves (fsdp_visible_gpus).
+# shellcheck source=jobs/gpus.sh
+. "$FSDP_ROOT/jobs/gpus.sh" || exit 2
 
 # The course's variables with their defaults, exported so that jobs submitted from here see them.
 fsdp_setup() {
@@ -71,7 +75,7 @@ fsdp_setup() {
     if [ -z "${SLURM_JOB_ID:-}" ] && [ -z "${RANKS:-}" ]; then
         RANKS=2
         if [ "$DEVICE" = cuda ] && command -v nvidia-smi >/dev/null 2>&1; then
-            RANKS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+            RANKS=$(fsdp_visible_gpus)
             [ "${RANKS:-0}" -gt 0 ] || RANKS=1
         fi
     fi
@@ -89,10 +93,13 @@ fsdp_model_tag() {
     basename "$m"
 }
 
-# RESULTS_DIR/KIND-<model>-<N>gpu[-<K>node]: the folder of one experiment of this job.
+# What a rank runs on, for folder names: gpu, or cpu with DEVICE=cpu (CPU ranks are not GPUs).
+fsdp_unit() { if [ "${DEVICE:-cuda}" = cpu ]; then echo cpu; else echo gpu; fi; }
+
+# RESULTS_DIR/KIND-<model>-<N>gpu[-<K>node] (<N>cpu on the CPU backend): the folder of one experiment.
 fsdp_experiment_dir() {
     local dir
-    dir="$RESULTS_DIR/$1-$(fsdp_model_tag)-$(fsdp_world)gpu"
+    dir="$RESULTS_DIR/$1-$(fsdp_model_tag)-$(fsdp_world)$(fsdp_unit)"
     [ "$(fsdp_nodes)" -gt 1 ] && dir="$dir-$(fsdp_nodes)node"
     echo "$dir"
 }

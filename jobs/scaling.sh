@@ -36,7 +36,7 @@ for g in $GPUS; do
         echo "fsdp: error: $g GPUs is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE" >&2
         exit 2
     fi
-    point="$exp/${g}gpu-${nodes}node"
+    point="$exp/${g}$(fsdp_unit)-${nodes}node"
     if [ -f "$point/done" ]; then
         echo "== $point: finished by an earlier job, not submitted"
         continue

@@ -16,7 +16,7 @@ typedef struct {
 } command;
 
 static const command COMMANDS[] = {
-    {"train", fsdp_cmd_train, "train or fine-tune a Llama or OPT model with FSDP over MPI ranks"},
+    {"train", fsdp_cmd_train, "train or fine-tune a %s model with FSDP over MPI ranks"},
     {"report", fsdp_cmd_report, "tables and plots (report.md, PNG) of the course's experiments from run metrics"},
     {"tokenize", fsdp_cmd_tokenize, "encode text to token ids (or decode ids) with a Hugging Face tokenizer.json"},
     {"prepare", fsdp_cmd_prepare, "tokenize text, JSON Lines or Alpaca data into token files for training"},
@@ -33,7 +33,12 @@ static void usage(FILE *out) {
                  "launched by mpirun or srun.\n\ncommands:\n",
             FSDP_VERSION);
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        fprintf(out, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    {
+        /* A summary with %s names the model families (from their registry). */
+        fprintf(out, "  %-10s ", COMMANDS[i].name);
+        fprintf(out, COMMANDS[i].summary, fsdp_cli_family_list());
+        fputc('\n', out);
+    }
 }
 
 int main(int argc, char **argv) {

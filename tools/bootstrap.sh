@@ -2,6 +2,7 @@
 # Installs what fsdp.c needs from Debian's packages (only the ones missing) and builds it in build/.
 #   tools/bootstrap.sh            # packages to build and run
 #   tools/bootstrap.sh --tests    # also what the test suite needs: PyTorch and h5py for /usr/bin/python3, GNU time,
+#                                 # zstd (Zstd pages of the Parquet test's files),
 #                                 # strace (safe_outputs.py slows an export's renames with it), gnuplot for fsdp report, SLURM and munge for the one-node cluster of slurm_sweeps.py,
 #                                 # and tools/fixtures.sh (Node.js, tokenizer files, text, Hugging Face tokenizers)
 # The CUDA backend is built when nvcc (CUDA 12.8+ toolkit with NCCL) is found; pass FSDP_CMAKE_ARGS to override,
@@ -10,9 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev libjansson-dev
-          libpcre2-dev)
+          libpcre2-dev libsnappy-dev libzstd-dev zlib1g-dev libutf8proc-dev)
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(python3-torch python3-h5py python3-numpy time strace)
+  packages+=(python3-torch python3-h5py python3-numpy time strace zstd)
   packages+=(gnuplot-nox fonts-dejavu-core slurmctld slurmd slurm-client munge libpmix2)
 fi
 

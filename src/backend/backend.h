@@ -39,6 +39,7 @@
 #include "../base/dtype.h"
 #include "../base/error.h"
 #include "../kernels/dropout.h"
+#include "../kernels/fp8.h"
 #include "../kernels/op_args.h"
 #include "sizes.h"
 
@@ -235,6 +236,18 @@ typedef struct fsdp_backend_ops {
      * dbias += column sums of dout (when dbias is not NULL). */
     void (*matmul_backward)(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
                             const void *inp, const void *weight, int N, int C, int OC);
+    /* The same two products with FP8 operands (src/kernels/fp8.h: the recipe, the scaling, the
+     * layouts): x and W cast to e4m3 with scales from their current amax, dy to recipe->grad_t, each
+     * product summed in fp32 and scaled back; outputs in the act dtype, dweight accumulated in the
+     * grad dtype, dbias from dy unquantized. N, C and OC must be multiples of 16
+     * (fsdp_fp8_shape_ok) and the backend must have fp8_products; both are internal errors here, so
+     * callers check them where they can refuse in one line. The CPU emulates (codes rounded with the
+     * same scales, products in fp32); CUDA runs cuBLASLt's FP8 kernels. */
+    void (*matmul_forward_fp8)(fsdp_backend *be, void *out, const void *inp, const void *weight, const void *bias,
+                               const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *recipe);
+    void (*matmul_backward_fp8)(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
+                                const void *inp, const void *weight, int N, int C, int OC,
+                                const fsdp_fp8_recipe *recipe);
     /* d *= (out > 0), in place: the backward of a relu whose output is `out`. */
     void (*relu_backward)(fsdp_backend *be, void *d, const void *out, size_t n);
 
@@ -252,13 +265,27 @@ typedef struct fsdp_backend_ops {
      * With dropout (drop active, site FSDP_DROPOUT_ATTN_PROBS: transformers' attention_dropout) the
      * probabilities are dropped before P V: out = (keep . P) V / (1 - p); lse and EAGER's probs
      * stay those of the undropped softmax and the backward regenerates the mask from the same
-     * descriptor. drop NULL or inactive: exactly the dropout-free kernels. */
+     * descriptor. drop NULL or inactive: exactly the dropout-free kernels.
+     * window > 0 is a sliding window (Mistral's sliding_window): query t attends keys
+     * t - window < j <= t only (EAGER's probs are 0 outside); window 0 is plain causal attention. */
     void (*attention_forward)(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                              const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
+                              const void *qkv, int B, int T, int Hq, int Hkv, int D, int window,
+                              const fsdp_dropout *drop);
     /* dqkv overwritten (all three parts). */
     void (*attention_backward)(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
                                const void *qkv, const void *out, const float *lse, const void *probs,
-                               int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
+                               int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop);
+
+    /* Per-head RMSNorm of the q and k heads of qkv (Qwen3's q_norm, k_norm; before rope_forward):
+     * out[N, (Hq+2*Hkv)*D] = inp with query head h of each row x / sqrt(mean(x^2) + eps) * wq[D],
+     * each key head the same with wk[D], the value heads copied; rstd[N, Hq+Hkv] saved. out must
+     * not alias inp (the backward reads inp). */
+    void (*qk_norm_forward)(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *wq,
+                            const void *wk, int N, int Hq, int Hkv, int D, float eps);
+    /* dinp overwritten (q and k heads through the norm, value heads copied from dout; dinp may alias
+     * dout); dwq += and dwk += (grad dtype). */
+    void (*qk_norm_backward)(fsdp_backend *be, void *dinp, void *dwq, void *dwk, const void *dout, const void *inp,
+                             const void *wq, const void *wk, const float *rstd, int N, int Hq, int Hkv, int D);
 
     /* ---- generation with a KV cache (no backward) ---- */
     /* The cache of one layer: k_cache and v_cache [Hkv, cap, D] (act dtype; kv head, position, head
@@ -269,9 +296,10 @@ typedef struct fsdp_backend_ops {
     /* out[N, Hq*D] = attention of the query heads of qkv's rows over the cache: row n (position
      * pos0 + n) attends to cache positions 0 .. pos0 + n, which must have been appended; grouped
      * query heads (query head h reads kv head h / (Hq/Hkv)), scale 1/sqrt(D). Row for row what
-     * attention_forward computes for the same keys and values. */
+     * attention_forward computes for the same keys and values; with window > 0 row n attends to
+     * positions pos0 + n - window < j <= pos0 + n only, as attention_forward's window. */
     void (*attention_decode)(fsdp_backend *be, void *out, const void *qkv, const void *k_cache, const void *v_cache,
-                             int N, int pos0, int cap, int Hq, int Hkv, int D);
+                             int N, int pos0, int cap, int Hq, int Hkv, int D, int window);
 
     /* ---- residual dropout (transformers' dropout on a block's output before the residual add) ---- */
     /* out[N,C] = residual + keep . x / (1 - p); out may alias residual or x. */
@@ -325,6 +353,10 @@ struct fsdp_backend {
     double peak_tflops;    /* dense bf16 peak for MFU (989 on H100/H200 SXM); 0 when unknown */
     fsdp_dtype act_dtype, grad_dtype;
     int emulated_bf16;     /* 1 on the CPU: bf16 values live in fp32 storage */
+    /* 1 when matmul_*_fp8 can run: always on the CPU (emulated), on GPUs of compute capability 8.9
+     * or newer (Ada, Hopper: cuBLASLt's FP8 kernels); fp8_unavailable then says why not. */
+    int fp8_products;
+    char fp8_unavailable[128];
     fsdp_stream *compute;  /* the stream the model's ops run on */
     size_t reserved_bytes, max_reserved_bytes; /* device memory held by alloc, and its peak */
     fsdp_device_kind kind;

@@ -6,7 +6,13 @@
  * reduce-scatter followed by the accumulation of its result runs while the caller keeps computing.
  * Queues drain when an event recorded on them is waited for, when a stream is synchronised, or
  * when a new collective is enqueued on the same stream. Compute ops run at once and poke MPI's
- * progress engine on the way, so that pending collectives advance during compute. */
+ * progress engine on the way, so that pending collectives advance during compute.
+ *
+ * An event's time is the host clock when the work before it on its stream was done: at once on a
+ * stream with nothing pending, else when the queue reaches it (a stamp task), which for a collective
+ * is when MPI was seen to complete it (in progress() during compute, or while a drain waited). So
+ * the time between events around a collective is the collective's, as on a GPU (the trace's spans,
+ * the measured communication waits). */
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
@@ -24,7 +30,7 @@
 
 typedef enum { TASK_NOP, TASK_REQUEST, TASK_CAST, TASK_ACCUMULATE, TASK_ZERO, TASK_COPY, TASK_MOVE, TASK_ROUND,
                TASK_SUM_SQUARES, TASK_SUM, TASK_CLIP_SCALE, TASK_ADAMW, TASK_QUANTIZE, TASK_DEQUANTIZE,
-               TASK_SUM_PIECES } task_kind;
+               TASK_SUM_PIECES, TASK_STAMP } task_kind;
 
 typedef struct task {
     task_kind kind;
@@ -39,6 +45,7 @@ typedef struct task {
     float max_norm;
     fsdp_adamw_args adamw;
     const float *scale;
+    struct fsdp_event *event; /* TASK_STAMP: the event it times, NULL once re-recorded or destroyed */
     struct task *next;
 } task;
 
@@ -53,6 +60,7 @@ struct fsdp_event {
     fsdp_stream *stream;
     long long position;
     double time;
+    task *stamp; /* the pending stamp task that will set `time`, or NULL */
 };
 
 struct fsdp_comm {
@@ -115,12 +123,17 @@ static void run_task(task *t, const fsdp_stream *s) {
     case TASK_SUM_PIECES:
         cpu_sum_pieces(t->dst, t->dst_t, t->src, t->src_t, t->n, t->pieces, t->accumulate);
         break;
+    case TASK_STAMP:
+        if (t->event) t->event->time = MPI_Wtime(), t->event->stamp = NULL;
+        break;
     }
 }
 
-/* Runs (or waits for) the queue's tasks up to and including sequence position `upto`. */
+/* Runs (or waits for) the queue's tasks up to and including sequence position `upto`, and the stamps
+ * (and completed collectives) right behind them: a queue is never left holding only those, which
+ * would defer the next op that finds it empty. */
 static void drain_to(fsdp_stream *s, long long upto) {
-    while (s->head && s->completed < upto) {
+    while (s->head && (s->completed < upto || s->head->kind == TASK_STAMP || s->head->kind == TASK_NOP)) {
         task *t = s->head;
         s->head = t->next;
         if (!s->head) s->tail = NULL;
@@ -160,13 +173,22 @@ static void submit(fsdp_stream *s, task *t) {
     }
 }
 
-/* Lets MPI advance pending collectives while compute runs. */
+/* Lets MPI advance pending collectives while compute runs. A completed collective is dequeued with
+ * the stamps right behind it, which thereby get the time it was seen to complete; any other task
+ * waits for the next drain, as before. */
 static void progress(fsdp_backend *be) {
     for (fsdp_stream *s = context_of(be)->streams; s; s = s->next_stream) {
-        if (s->head && s->head->kind == TASK_REQUEST) {
-            int done = 0;
-            FSDP_CHECK_MPI(MPI_Test(&s->head->request, &done, MPI_STATUS_IGNORE));
-            if (done) s->head->kind = TASK_NOP; /* completed; dequeued at the next drain */
+        while (s->head) {
+            task *t = s->head;
+            if (t->kind == TASK_REQUEST) {
+                int done = 0;
+                FSDP_CHECK_MPI(MPI_Test(&t->request, &done, MPI_STATUS_IGNORE));
+                if (!done) break;
+                t->kind = TASK_NOP;
+            } else if (t->kind != TASK_NOP && t->kind != TASK_STAMP) {
+                break;
+            }
+            drain_to(s, s->completed + 1);
         }
     }
 }
@@ -272,13 +294,25 @@ static fsdp_event *cpu_event_create(fsdp_backend *be, int timing) {
     (void)be, (void)timing;
     return fsdp_xcalloc(1, sizeof(fsdp_event), "an event");
 }
-static void cpu_event_destroy(fsdp_backend *be, fsdp_event *e) { (void)be; free(e); }
+static void cpu_event_destroy(fsdp_backend *be, fsdp_event *e) {
+    (void)be;
+    if (e && e->stamp) e->stamp->event = NULL;
+    free(e);
+}
 
 static void cpu_event_record(fsdp_backend *be, fsdp_event *e, fsdp_stream *s) {
     (void)be;
+    if (e->stamp) e->stamp->event = NULL; /* the last recording's stamp no longer times it */
+    e->stamp = NULL;
     e->stream = s;
-    e->position = s->enqueued;
     e->time = MPI_Wtime();
+    if (s->head) { /* behind pending work: timed when the queue reaches it */
+        task *t = new_task(TASK_STAMP);
+        t->event = e;
+        e->stamp = t;
+        push(s, t);
+    }
+    e->position = s->enqueued;
 }
 
 static void cpu_event_synchronize(fsdp_backend *be, fsdp_event *e) {
@@ -582,6 +616,32 @@ static void cpu_matmul_backward_op(fsdp_backend *be, void *dinp, void *dw, void 
     if (db) round_if(GRAD(be), db, (size_t)OC);
 }
 
+/* FP8 products emulated (src/kernels/cpu/fp8.c): the same casts and scales as on a GPU, then fp32 sums. */
+static void check_fp8_shape(const char *op, int N, int C, int OC) {
+    if (!fsdp_fp8_shape_ok(N, C, OC))
+        fsdp_fatal("internal error: %s of N=%d, C=%d, OC=%d, which are not all multiples of %d", op, N, C, OC,
+                   FSDP_FP8_DIM_MULTIPLE);
+}
+
+static void cpu_matmul_forward_fp8_op(fsdp_backend *be, void *out, const void *inp, const void *w, const void *bias,
+                                      const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r) {
+    progress(be);
+    check_fp8_shape("matmul_forward_fp8", N, C, OC);
+    cpu_fp8_matmul_forward(out, inp, w, bias, residual, N, C, OC, relu, r);
+    round_if(ACT(be), out, (size_t)N * OC);
+}
+
+static void cpu_matmul_backward_fp8_op(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
+                                       const void *inp, const void *w, int N, int C, int OC,
+                                       const fsdp_fp8_recipe *r) {
+    progress(be);
+    check_fp8_shape("matmul_backward_fp8", N, C, OC);
+    cpu_fp8_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, r);
+    if (dinp) round_if(ACT(be), dinp, (size_t)N * C);
+    round_if(GRAD(be), dw, (size_t)OC * C);
+    if (db) round_if(GRAD(be), db, (size_t)OC);
+}
+
 static void cpu_relu_backward_op(fsdp_backend *be, void *d, const void *out, size_t n) {
     progress(be);
     cpu_relu_backward(d, out, n);
@@ -600,20 +660,39 @@ static void cpu_rope_backward_op(fsdp_backend *be, void *dqkv, const float *cs, 
 }
 
 static void cpu_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
+                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, int window,
+                                     const fsdp_dropout *drop) {
     progress(be);
-    cpu_attention_forward(out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, qkv, B, T, Hq, Hkv, D, drop);
+    cpu_attention_forward_window(out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, qkv, B, T, Hq, Hkv, D, window,
+                                 drop);
     round_if(ACT(be), out, (size_t)B * T * Hq * D);
     if (mode == FSDP_ATTN_EAGER && probs) round_if(ACT(be), probs, (size_t)B * Hq * T * T);
 }
 
 static void cpu_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const float *lse, const void *probs, int B,
-                                      int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
+                                      int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop) {
     progress(be);
-    cpu_attention_backward(dqkv, dout, qkv, out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, B, T, Hq, Hkv, D,
-                           drop);
+    cpu_attention_backward_window(dqkv, dout, qkv, out, lse, mode == FSDP_ATTN_EAGER ? probs : NULL, B, T, Hq, Hkv,
+                                  D, window, drop);
     round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
+}
+
+static void cpu_qk_norm_forward_op(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *wq,
+                                   const void *wk, int N, int Hq, int Hkv, int D, float eps) {
+    progress(be);
+    cpu_qk_norm_forward(out, rstd, inp, wq, wk, N, Hq, Hkv, D, eps);
+    round_if(ACT(be), out, (size_t)N * (Hq + 2 * Hkv) * D);
+}
+
+static void cpu_qk_norm_backward_op(fsdp_backend *be, void *dinp, void *dwq, void *dwk, const void *dout,
+                                    const void *inp, const void *wq, const void *wk, const float *rstd, int N, int Hq,
+                                    int Hkv, int D) {
+    progress(be);
+    cpu_qk_norm_backward(dinp, dwq, dwk, dout, inp, wq, wk, rstd, N, Hq, Hkv, D);
+    round_if(ACT(be), dinp, (size_t)N * (Hq + 2 * Hkv) * D);
+    round_if(GRAD(be), dwq, (size_t)D);
+    round_if(GRAD(be), dwk, (size_t)D);
 }
 
 static void cpu_kv_cache_append_op(fsdp_backend *be, void *k_cache, void *v_cache, const void *qkv, int N, int pos0,
@@ -623,9 +702,10 @@ static void cpu_kv_cache_append_op(fsdp_backend *be, void *k_cache, void *v_cach
 }
 
 static void cpu_attention_decode_op(fsdp_backend *be, void *out, const void *qkv, const void *k_cache,
-                                    const void *v_cache, int N, int pos0, int cap, int Hq, int Hkv, int D) {
+                                    const void *v_cache, int N, int pos0, int cap, int Hq, int Hkv, int D,
+                                    int window) {
     progress(be);
-    cpu_attention_decode(out, qkv, k_cache, v_cache, N, pos0, cap, Hq, Hkv, D);
+    cpu_attention_decode_window(out, qkv, k_cache, v_cache, N, pos0, cap, Hq, Hkv, D, window);
     round_if(ACT(be), out, (size_t)N * Hq * D);
 }
 
@@ -754,11 +834,15 @@ static const fsdp_backend_ops cpu_ops = {
     .layernorm_backward = cpu_layernorm_backward_op,
     .matmul_forward = cpu_matmul_forward_op,
     .matmul_backward = cpu_matmul_backward_op,
+    .matmul_forward_fp8 = cpu_matmul_forward_fp8_op,
+    .matmul_backward_fp8 = cpu_matmul_backward_fp8_op,
     .relu_backward = cpu_relu_backward_op,
     .rope_forward = cpu_rope_forward_op,
     .rope_backward = cpu_rope_backward_op,
     .attention_forward = cpu_attention_forward_op,
     .attention_backward = cpu_attention_backward_op,
+    .qk_norm_forward = cpu_qk_norm_forward_op,
+    .qk_norm_backward = cpu_qk_norm_backward_op,
     .kv_cache_append = cpu_kv_cache_append_op,
     .attention_decode = cpu_attention_decode_op,
     .residual_dropout_forward = cpu_residual_dropout_forward_op,
@@ -782,6 +866,7 @@ fsdp_backend *fsdp_backend_cpu_create(const fsdp_backend_options *opts, fsdp_err
     be->act_dtype = opts->act_dtype;
     be->grad_dtype = opts->grad_dtype;
     be->emulated_bf16 = 1;
+    be->fp8_products = 1; /* emulated */
     be->kind = FSDP_DEVICE_CPU;
     be->memory_limit = opts->memory_limit;
 

@@ -17,10 +17,11 @@
 static size_t esize(fsdp_backend *be) { return fsdp_dtype_info_of(be->act_dtype)->bytes; }
 
 void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
-                                    const void *qkv, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
+                                    const void *qkv, int B, int T, int Hq, int Hkv, int D, int window,
+                                    const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
     if (mode == FSDP_ATTN_FLASH || !probs) {
-        fsdp_cuda_flash_forward(out, lse, qkv, B, T, Hq, Hkv, D, drop, be->act_dtype, s);
+        fsdp_cuda_flash_forward_window(out, lse, qkv, B, T, Hq, Hkv, D, window, drop, be->act_dtype, s);
         return;
     }
     size_t es = esize(be);
@@ -40,11 +41,12 @@ void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out,
     const void *pv = probs; /* the probabilities P V multiplies */
     if (fsdp_dropout_active(drop)) {
         void *dropped = fsdp_cuda_scratch(be, (size_t)B * Hq * TT * es);
-        fsdp_cuda_causal_softmax_dropout_forward(probs, dropped, lse, probs, B, Hq, T, 1.0f / sqrtf((float)D), drop,
-                                                 be->act_dtype, s);
+        fsdp_cuda_causal_softmax_dropout_forward_window(probs, dropped, lse, probs, B, Hq, T, window,
+                                                        1.0f / sqrtf((float)D), drop, be->act_dtype, s);
         pv = dropped;
     } else {
-        fsdp_cuda_causal_softmax_forward(probs, lse, probs, B * Hq, T, 1.0f / sqrtf((float)D), be->act_dtype, s);
+        fsdp_cuda_causal_softmax_forward_window(probs, lse, probs, B * Hq, T, window, 1.0f / sqrtf((float)D),
+                                                be->act_dtype, s);
     }
     for (int b = 0; b < B; b++) {
         const char *seq = base + (size_t)b * T * rs * es;
@@ -61,13 +63,15 @@ void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out,
 
 void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout, const void *qkv,
                                      const void *out, const float *lse, const void *probs, int B, int T, int Hq,
-                                     int Hkv, int D, const fsdp_dropout *drop) {
+                                     int Hkv, int D, int window, const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
     if (mode == FSDP_ATTN_FLASH || !probs) {
         float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D));
-        fsdp_cuda_flash_backward(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, drop, be->act_dtype, scratch, s);
+        fsdp_cuda_flash_backward_window(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, window, drop, be->act_dtype,
+                                        scratch, s);
         return;
     }
+    /* Eager: the saved probabilities are 0 outside a window, which makes dS 0 there. */
     size_t es = esize(be);
     int g = Hq / Hkv, rs = (Hq + 2 * Hkv) * D, os = Hq * D;
     long long TT = (long long)T * T;
@@ -126,9 +130,23 @@ void fsdp_cuda_kv_cache_append_op(fsdp_backend *be, void *k_cache, void *v_cache
 }
 
 void fsdp_cuda_attention_decode_op(fsdp_backend *be, void *out, const void *qkv, const void *k_cache,
-                                   const void *v_cache, int N, int pos0, int cap, int Hq, int Hkv, int D) {
-    size_t bytes = fsdp_cuda_decode_scratch(N, pos0 + N, Hq, D);
+                                   const void *v_cache, int N, int pos0, int cap, int Hq, int Hkv, int D, int window) {
+    size_t bytes = fsdp_cuda_decode_scratch(N, fsdp_cuda_decode_keys(pos0 + N, window), Hq, D);
     float *scratch = bytes ? fsdp_cuda_scratch(be, bytes) : NULL;
-    fsdp_cuda_attention_decode(out, qkv, k_cache, v_cache, N, pos0, cap, Hq, Hkv, D, be->act_dtype, scratch,
-                               compute_stream(be));
+    fsdp_cuda_attention_decode_window(out, qkv, k_cache, v_cache, N, pos0, cap, Hq, Hkv, D, window, be->act_dtype,
+                                      scratch, compute_stream(be));
+}
+
+/* Per-head q/k RMSNorm (src/kernels/cuda/qk_norm.cu). */
+void fsdp_cuda_qk_norm_forward_op(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *wq,
+                                  const void *wk, int N, int Hq, int Hkv, int D, float eps) {
+    fsdp_cuda_qk_norm_forward(out, rstd, inp, wq, wk, N, Hq, Hkv, D, eps, be->act_dtype, compute_stream(be));
+}
+
+void fsdp_cuda_qk_norm_backward_op(fsdp_backend *be, void *dinp, void *dwq, void *dwk, const void *dout,
+                                   const void *inp, const void *wq, const void *wk, const float *rstd, int N, int Hq,
+                                   int Hkv, int D) {
+    float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_qk_norm_backward_scratch(N, D));
+    fsdp_cuda_qk_norm_backward(dinp, dwq, dwk, dout, inp, wq, wk, rstd, N, Hq, Hkv, D, be->act_dtype, be->grad_dtype,
+                               scratch, compute_stream(be));
 }

@@ -489,6 +489,12 @@ fsdp_backend *fsdp_backend_cuda_create(const fsdp_backend_options *opts, fsdp_er
     be->act_dtype = opts->act_dtype;
     be->grad_dtype = opts->grad_dtype;
     be->emulated_bf16 = 0;
+    /* cuBLASLt's FP8 kernels need FP8 tensor cores: compute capability 8.9 (Ada) or 9.0 (Hopper) on. */
+    be->fp8_products = im->prop.major * 10 + im->prop.minor >= 89;
+    if (!be->fp8_products)
+        snprintf(be->fp8_unavailable, sizeof be->fp8_unavailable,
+                 "%.48s (sm_%d%d) has no FP8 tensor cores (FP8 needs sm_89 or newer)",
+                 im->prop.name, im->prop.major, im->prop.minor);
     be->kind = FSDP_DEVICE_CUDA;
     be->memory_limit = opts->memory_limit;
 

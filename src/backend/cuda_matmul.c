@@ -1,4 +1,5 @@
-/* Matrix products through cuBLASLt, with one measured choice of algorithm per problem.
+/* Matrix products through cuBLASLt, with one measured choice of algorithm per problem (bf16, fp32,
+ * and FP8 with tensor or outer-vector scales: fsdp_gemm in cuda_internal.h).
  *
  * The first time a problem (shapes, transposes, dtypes, epilogue, pointer alignment) is seen, the
  * heuristic's top candidates are each timed on it and the fastest is cached for the rest of the
@@ -17,6 +18,7 @@
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, ldd;
     int in_t, out_t, epilogue, has_c, align_a, align_b, align_c, align_d;
+    int b_t, scaled, outer_vec, fast_accum; /* FP8: B's dtype, scale pointers set, their mode */
 } gemm_key;
 
 typedef struct gemm_entry {
@@ -24,6 +26,7 @@ typedef struct gemm_entry {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c, d;
     cublasLtMatmulAlgo_t algo;
+    int unsupported; /* cuBLASLt had no algorithm (fsdp_cuda_gemm_try's problems only) */
     struct gemm_entry *next;
 } gemm_entry;
 
@@ -79,9 +82,9 @@ static cublasLtEpilogue_t epilogue_of(const fsdp_gemm *g) {
 
 static void make_layouts(const gemm_key *k, int n, cublasLtMatrixLayout_t *a, cublasLtMatrixLayout_t *b,
                          cublasLtMatrixLayout_t *c, cublasLtMatrixLayout_t *d) {
-    cudaDataType_t in = cuda_type(k->in_t), out = cuda_type(k->out_t);
+    cudaDataType_t in = cuda_type(k->in_t), in_b = cuda_type(k->scaled ? k->b_t : k->in_t), out = cuda_type(k->out_t);
     FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(a, in, k->transa ? k->k : k->m, k->transa ? k->m : k->k, k->lda));
-    FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(b, in, k->transb ? n : k->k, k->transb ? k->k : n, k->ldb));
+    FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(b, in_b, k->transb ? n : k->k, k->transb ? k->k : n, k->ldb));
     FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(c, out, k->m, n, k->ldc));
     FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(d, out, k->m, n, k->ldd));
 }
@@ -99,6 +102,15 @@ static cublasLtMatmulDesc_t make_desc(fsdp_backend *be, const gemm_key *k) {
     if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS) {
         cudaDataType_t bt = cuda_type(k->out_t);
         FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    if (k->scaled) {
+        int8_t fast = (int8_t)k->fast_accum;
+        FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+        if (k->outer_vec) {
+            int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+            FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
+            FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+        }
     }
     return desc;
 }
@@ -123,6 +135,12 @@ static void run(fsdp_backend *be, cublasLtMatmulDesc_t desc, const cublasLtMatmu
     float alpha = 1.0f, beta = g->beta;
     if (g->bias)
         FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+    if (g->a_scale) {
+        FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->a_scale,
+                                                         sizeof g->a_scale));
+        FSDP_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->b_scale,
+                                                         sizeof g->b_scale));
+    }
     FSDP_CHECK_CUBLAS(cublasLtMatmul(im->lt, desc, &alpha, g->A, a, g->B, b, &beta, C ? C : D, c, D, d, algo,
                                      im->lt_workspace, im->lt_workspace_bytes, s));
 }
@@ -176,13 +194,14 @@ static int tune(fsdp_backend *be, gemm_entry *e, const fsdp_gemm *g, cublasLtMat
     if (mc->verbose) {
         double tflops = 2.0 * k->m * (double)n * k->k * 3 / (best_ms * 1e-3) / 1e12;
         fprintf(stderr, "gemm m=%d n=%d k=%d %c%c %s->%s epi=%d: candidate %d of %d, %.3f ms, %.0f TFLOP/s\n", k->m, k->n,
-                k->k, k->transa ? 'T' : 'N', k->transb ? 'T' : 'N', k->in_t ? "bf16" : "fp32", k->out_t ? "bf16" : "fp32",
+                k->k, k->transa ? 'T' : 'N', k->transb ? 'T' : 'N', fsdp_dtype_name((fsdp_dtype)k->in_t),
+                fsdp_dtype_name((fsdp_dtype)k->out_t),
                 k->epilogue, best, count, best_ms / 3, tflops);
     }
     return best;
 }
 
-static gemm_entry *lookup(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) {
+static gemm_entry *lookup(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s, int may_fail) {
     matmul_cache *mc = cuda_of(be)->matmuls;
     gemm_key k;
     memset(&k, 0, sizeof k);
@@ -191,6 +210,7 @@ static gemm_entry *lookup(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) 
     k.in_t = g->in_t, k.out_t = g->out_t, k.epilogue = (int)epilogue_of(g), k.has_c = g->beta != 0.0f;
     k.align_a = alignment(g->A), k.align_b = alignment(g->B), k.align_c = alignment(g->C ? g->C : g->D);
     k.align_d = alignment(g->D);
+    if (g->a_scale) k.b_t = g->b_t, k.scaled = 1, k.outer_vec = g->outer_vec, k.fast_accum = g->fast_accum;
     for (gemm_entry *e = mc->entries; e; e = e->next)
         if (!memcmp(&e->key, &k, sizeof k)) return e;
 
@@ -201,9 +221,27 @@ static gemm_entry *lookup(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) 
     cublasLtMatmulPreference_t pref = make_preference(be, &k);
     cublasLtMatmulHeuristicResult_t res[CANDIDATES];
     int count = 0;
-    FSDP_CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(cuda_of(be)->lt, e->desc, e->a, e->b, e->c, e->d, pref,
-                                                      CANDIDATES, res, &count));
+    if (may_fail) {
+        /* A scaling mode this cuBLASLt or GPU lacks is "not supported", not a failure. */
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cuda_of(be)->lt, e->desc, e->a, e->b, e->c, e->d, pref,
+                                                           CANDIDATES, res, &count);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) count = 0;
+        else if (st != CUBLAS_STATUS_SUCCESS) FSDP_CHECK_CUBLAS(st);
+    } else {
+        FSDP_CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(cuda_of(be)->lt, e->desc, e->a, e->b, e->c, e->d, pref,
+                                                          CANDIDATES, res, &count));
+    }
     cublasLtMatmulPreferenceDestroy(pref);
+    if (count == 0 && may_fail) {
+        if (mc->verbose)
+            fprintf(stderr, "gemm m=%d n=%d k=%d %s x %s (%s scales): no cuBLASLt algorithm\n", k.m, k.n, k.k,
+                    fsdp_dtype_name((fsdp_dtype)k.in_t), fsdp_dtype_name((fsdp_dtype)(k.scaled ? k.b_t : k.in_t)),
+                    k.outer_vec ? "outer-vector" : "scalar");
+        e->unsupported = 1;
+        e->next = mc->entries;
+        mc->entries = e;
+        return e;
+    }
     if (count == 0)
         fsdp_fatal("cuBLASLt has no algorithm for a %dx%dx%d product (%s inputs, %s output, epilogue %d)", k.m, k.n, k.k,
                    fsdp_dtype_name((fsdp_dtype)k.in_t), fsdp_dtype_name((fsdp_dtype)k.out_t), k.epilogue);
@@ -216,8 +254,18 @@ static gemm_entry *lookup(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) 
 }
 
 void fsdp_cuda_gemm(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) {
-    gemm_entry *e = lookup(be, g, s);
+    gemm_entry *e = lookup(be, g, s, 0);
+    if (e->unsupported)
+        fsdp_fatal("cuBLASLt has no algorithm for a %dx%dx%d product (%s inputs)", g->m, g->n, g->k,
+                   fsdp_dtype_name(g->in_t));
     run(be, e->desc, &e->algo, g, e->a, e->b, e->c, e->d, g->C, g->D, s);
+}
+
+int fsdp_cuda_gemm_try(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s) {
+    gemm_entry *e = lookup(be, g, s, 1);
+    if (e->unsupported) return -1;
+    run(be, e->desc, &e->algo, g, e->a, e->b, e->c, e->d, g->C, g->D, s);
+    return 0;
 }
 
 void fsdp_cuda_gemm_strided_batched(fsdp_backend *be, int transa, int transb, int m, int n, int k, const void *A,

@@ -111,7 +111,7 @@ static void cuda_layernorm_backward(fsdp_backend *be, void *dinp, void *dw, void
 static void cuda_matmul_forward(fsdp_backend *be, void *out, const void *inp, const void *weight, const void *bias,
                                 const void *residual, int N, int C, int OC, int relu) {
     fsdp_gemm g = {1, 0, OC, N, C, weight, C, inp, C, residual, OC, out, OC, be->act_dtype, be->act_dtype,
-                   bias, relu, residual ? 1.0f : 0.0f};
+                   bias, relu, residual ? 1.0f : 0.0f, FSDP_F32, NULL, NULL, 0, 0};
     fsdp_cuda_gemm(be, &g, compute_stream(be));
 }
 
@@ -121,12 +121,12 @@ static void cuda_matmul_backward(fsdp_backend *be, void *dinp, void *dweight, vo
     if (dinp) {
         /* dinp^T[C,N] = W^T (stored C x OC) x dout^T (stored OC x N) */
         fsdp_gemm g = {0, 0, C, N, OC, weight, C, dout, OC, NULL, C, dinp, C, be->act_dtype, be->act_dtype,
-                       NULL, 0, 0.0f};
+                       NULL, 0, 0.0f, FSDP_F32, NULL, NULL, 0, 0};
         fsdp_cuda_gemm(be, &g, s);
     }
     /* dW^T[C,OC] += inp^T (stored C x N) x dout (stored OC x N, transposed) */
     fsdp_gemm g = {0, 1, C, OC, N, inp, C, dout, OC, dweight, C, dweight, C, be->act_dtype, be->grad_dtype,
-                   NULL, 0, 1.0f};
+                   NULL, 0, 1.0f, FSDP_F32, NULL, NULL, 0, 0};
     fsdp_cuda_gemm(be, &g, s);
     if (dbias) {
         float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_column_sum_scratch(N, OC));
@@ -220,11 +220,15 @@ const fsdp_backend_ops fsdp_cuda_ops = {
     .layernorm_backward = cuda_layernorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
+    .matmul_forward_fp8 = fsdp_cuda_matmul_forward_fp8_op,
+    .matmul_backward_fp8 = fsdp_cuda_matmul_backward_fp8_op,
     .relu_backward = cuda_relu_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,
     .attention_forward = fsdp_cuda_attention_forward_op,
     .attention_backward = fsdp_cuda_attention_backward_op,
+    .qk_norm_forward = fsdp_cuda_qk_norm_forward_op,
+    .qk_norm_backward = fsdp_cuda_qk_norm_backward_op,
     .kv_cache_append = fsdp_cuda_kv_cache_append_op,
     .attention_decode = fsdp_cuda_attention_decode_op,
     .residual_dropout_forward = cuda_residual_dropout_forward,

@@ -41,7 +41,11 @@ size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x) {
     else
         need = max_size(need, fsdp_cuda_flash_backward_scratch(x->batch, x->seq, x->q_heads, x->kv_heads,
                                                                x->head_dim));
+    /* Qwen3's per-head q/k norms: their partial rows are head_dim wide, within the norms' unless
+     * head_dim exceeds hidden. */
+    if (x->head_dim > 0) need = max_size(need, fsdp_cuda_qk_norm_backward_scratch(x->tokens, x->head_dim));
     need = max_size(need, fsdp_cuda_reduce_scratch((size_t)x->longest_sum));
+    need = max_size(need, x->fp8_scratch);
     return max_size(need, fsdp_cuda_reduce_scratch((size_t)x->tokens)); /* the loss sum */
 }
 

@@ -48,6 +48,7 @@ typedef struct {
     int attn_dropout;    /* attention probabilities are dropped (eager keeps a second T x T buffer) */
     fsdp_dtype act_dtype;
     int64_t longest_sum; /* elements of the longest sum / sum of squares (the gradient shards) */
+    size_t fp8_scratch;  /* --fp8: the block projections' largest FP8 operands (fsdp_fp8_layer_scratch) */
 } fsdp_op_extent;
 
 /* The largest op-scratch request of a step with these shapes (0 on the CPU, whose ops take

@@ -21,6 +21,73 @@ const fsdp_arg *fsdp_args_find(const fsdp_arg_spec *spec, const char *name) {
 
 static int has_range(const fsdp_arg *a) { return a->min <= a->max; }
 
+/* Hugging Face's names (TrainingArguments, run_clm.py, generate()) for what fsdp.c's flags do: a
+ * user coming from the Trainer types those first, and "unknown flag" alone sends them to --help to
+ * guess. `ours` is the flag (or flag and value) that does it; the pointer is given only when the
+ * command has that flag. `hint` replaces it where fsdp.c has no such flag. */
+static const struct {
+    const char *theirs, *ours, *hint;
+} HF_NAMES[] = {
+    {"learning_rate", "lr", NULL},
+    {"max_steps", "steps", NULL},
+    {"num_train_epochs", "epochs", NULL},
+    {"per_device_train_batch_size", "mbs", NULL},
+    {"per_device_eval_batch_size", "mbs", NULL},
+    {"gradient_accumulation_steps", "grad-accum", NULL},
+    {"warmup_steps", "warmup", NULL},
+    {"max_grad_norm", "clip", NULL},
+    {"adam_beta1", "beta1", NULL},
+    {"adam_beta2", "beta2", NULL},
+    {"adam_epsilon", "adam-eps", NULL},
+    {"output_dir", "ckpt-dir", NULL},
+    {"save_steps", "ckpt-every", NULL},
+    {"save_total_limit", "keep", NULL},
+    {"logging_steps", "log-every", NULL},
+    {"eval_steps", "eval-every", NULL},
+    {"resume_from_checkpoint", "resume", NULL},
+    {"model_name_or_path", "init-from", NULL},
+    {"train_file", "data", NULL},
+    {"validation_file", "eval-data", NULL},
+    {"block_size", "seq", NULL},
+    {"max_seq_length", "seq", NULL},
+    {"bf16", "mixed-precision", " bf16"},
+    {"fp16", "mixed-precision", " bf16 (fsdp.c computes in bf16 or fp32, not fp16)"},
+    {"gradient_checkpointing", "recompute", " full"},
+    {"fsdp", "strategy", " FULL|SHARD_GRAD_OP|NO_SHARD|HYBRID"},
+    {"max_new_tokens", "max-new-tokens", NULL},
+    {"warmup_ratio", NULL, "fsdp.c takes warm-up in steps: --warmup N"},
+    {"lr_scheduler_type", NULL, "fsdp.c's schedule is linear warm-up then cosine decay to --min-lr"},
+};
+
+/* "-"/"_" spellings are the same name here: --max-steps and --max_steps both point to --steps. */
+static int same_name(const char *a, const char *b, size_t len) {
+    size_t i = 0;
+    for (; i < len && a[i]; i++) {
+        char x = a[i] == '-' ? '_' : a[i], y = b[i] == '-' ? '_' : b[i];
+        if (x != y) return 0;
+    }
+    return i == len && !a[i];
+}
+
+/* The unknown flag `--NAME` named by Hugging Face's or another spelling: one line pointing to ours. */
+static int unknown_flag(fsdp_arg_spec *spec, const char *name, size_t len, fsdp_err *err) {
+    for (int i = 0; i < spec->num_args; i++)
+        if (same_name(spec->args[i].name, name, len))
+            return fsdp_usagef(err, "%s: unknown flag '--%.*s'; fsdp.c spells it --%s", spec->command, (int)len, name,
+                               spec->args[i].name);
+    for (size_t k = 0; k < sizeof HF_NAMES / sizeof HF_NAMES[0]; k++) {
+        if (!same_name(HF_NAMES[k].theirs, name, len)) continue;
+        if (!HF_NAMES[k].ours)
+            return fsdp_usagef(err, "%s: unknown flag '--%.*s' (Hugging Face's name): %s", spec->command, (int)len,
+                               name, HF_NAMES[k].hint);
+        if (!find(spec, HF_NAMES[k].ours, strlen(HF_NAMES[k].ours))) break;
+        return fsdp_usagef(err, "%s: --%.*s is Hugging Face's name; fsdp.c calls it --%s%s", spec->command, (int)len,
+                           name, HF_NAMES[k].ours, HF_NAMES[k].hint ? HF_NAMES[k].hint : "");
+    }
+    return fsdp_usagef(err, "%s: unknown flag '--%.*s' (see fsdp %s --help)", spec->command, (int)len, name,
+                       spec->command);
+}
+
 /* The table's spelling of a choice (matched case-insensitively), or NULL. */
 static const char *match_choice(const fsdp_arg *a, const char *value) {
     for (int i = 0; a->choices[i]; i++)
@@ -104,9 +171,7 @@ int fsdp_args_parse(fsdp_arg_spec *spec, int argc, char **argv, FILE *help_out, 
         const char *name = arg + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         fsdp_arg *a = find(spec, name, len);
-        if (!a)
-            return fsdp_usagef(err, "%s: unknown flag '--%.*s' (see fsdp %s --help)", spec->command, (int)len, name,
-                               spec->command);
+        if (!a) return unknown_flag(spec, name, len, err);
         if (a->seen) return fsdp_usagef(err, "%s: --%s given twice", spec->command, a->name);
         const char *value;
         if (eq) {

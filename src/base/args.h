@@ -3,7 +3,9 @@
  * A command describes its flags in a table; fsdp_args_parse fills the destinations, rejects unknown
  * flags, missing values, malformed numbers and values out of range with a message naming the flag,
  * and prints the generated --help text. Flags take `--name VALUE` or `--name=VALUE`; booleans take
- * no value (`--name`) or an explicit `--name=yes|no`. Choice values match case-insensitively. */
+ * no value (`--name`) or an explicit `--name=yes|no`. Choice values match case-insensitively. An
+ * unknown flag that is Hugging Face's name for one of the command's flags (`--learning_rate`,
+ * `--max_steps`, `--bf16`, ...) or ours spelled with '_' is answered with our name. */
 #ifndef FSDP_BASE_ARGS_H
 #define FSDP_BASE_ARGS_H
 

@@ -24,13 +24,18 @@ extern const char *const FSDP_CLI_PRECISIONS[], *const FSDP_CLI_MIXED[], *const 
 typedef struct {
     const char *model_precision, *mixed_precision, *reduce_dtype, *gather_dtype, *accumulate;
 } fsdp_cli_precision_flags;
-#define FSDP_CLI_PRECISION_DEFAULTS {"fp32", "bf16", "auto", "auto", "auto"}
-/* Sets master, compute, reduce and gather dtypes and the accumulation of `o`; a usage error for a
+#define FSDP_CLI_PRECISION_DEFAULTS {"fp32", "auto", "auto", "auto", "auto"}
+/* --mixed-precision auto|no|bf16 on `device` (auto, cpu, cuda): 1 for bf16. auto is bf16 on GPUs and
+ * no (fp32) on the CPU backend, where bf16 is emulated and slower (precision_flags.c). */
+int fsdp_cli_mixed_bf16(const char *mixed_precision, const char *device);
+/* Sets master, compute, reduce and gather dtypes and the accumulation of `o` (o->device set first); a usage error for a
  * --gather-dtype that is neither the compute dtype nor a quantized one. */
 int fsdp_cli_precision(const char *command, const fsdp_cli_precision_flags *f, fsdp_train_options *o, fsdp_err *err);
 int fsdp_cmd_export(int argc, char **argv);
 int fsdp_cmd_verify(int argc, char **argv);
 int fsdp_cmd_generate(int argc, char **argv);
 int fsdp_cmd_eval(int argc, char **argv);
+/* "Llama, OPT, or Qwen2": the families of the registry as transformers names them (family_list.c). */
+const char *fsdp_cli_family_list(void);
 
 #endif

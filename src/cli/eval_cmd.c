@@ -12,7 +12,7 @@
 #include "commands.h"
 
 static const char *const PRECISIONS[] = {"fp32", "bf16", NULL};
-static const char *const MIXED[] = {"no", "bf16", NULL};
+static const char *const MIXED[] = {"auto", "no", "bf16", NULL};
 static const char *const ATTN[] = {"eager", "flash", NULL};
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const PACKINGS[] = {"auto", "stream", "pad", NULL};
@@ -44,7 +44,7 @@ static int resolve_checkpoint(const char *given, char *out, int cap, fsdp_err *e
 int fsdp_cmd_eval(int argc, char **argv) {
     fsdp_err err = {0};
     const char *init_from = NULL, *checkpoint = NULL, *data = NULL, *metrics = NULL, *mbs_text = "4";
-    const char *strategy = "FULL", *device = "auto", *model_precision = "fp32", *mixed_precision = "bf16";
+    const char *strategy = "FULL", *device = "auto", *model_precision = "fp32", *mixed_precision = "auto";
     const char *attn = "flash", *packing = "auto";
     int seq = 1024, ranks_per_node = 0, prefetch = 1, max_live = 2, head_chunk = 0, allow_longer_seq = 0;
     fsdp_arg args[] = {
@@ -74,8 +74,8 @@ int fsdp_cmd_eval(int argc, char **argv) {
          1 << 20, NULL, 0},
         {"model-precision", FSDP_ARG_CHOICE, &model_precision, "P", "Precision the weights are held in.", 1, 0,
          PRECISIONS, 0},
-        {"mixed-precision", FSDP_ARG_CHOICE, &mixed_precision, "P", "Compute precision (bf16 = mixed precision).", 1,
-         0, MIXED, 0},
+        {"mixed-precision", FSDP_ARG_CHOICE, &mixed_precision, "P", "Compute precision (bf16 = mixed precision; auto = bf16 on GPUs, no on the CPU backend).",
+         1, 0, MIXED, 0},
         {"attn", FSDP_ARG_CHOICE, &attn, "A", "Attention kernel: eager or flash.", 1, 0, ATTN, 0},
         {"device", FSDP_ARG_CHOICE, &device, "D", "Backend: auto uses the GPUs when there are any.", 1, 0, DEVICES,
          0},
@@ -122,7 +122,7 @@ int fsdp_cmd_eval(int argc, char **argv) {
     o.head_chunk = head_chunk;
     o.device = device;
     o.master_dtype = strcmp(model_precision, "bf16") ? FSDP_F32 : FSDP_BF16;
-    o.compute_dtype = (o.master_dtype == FSDP_BF16 || !strcmp(mixed_precision, "bf16")) ? FSDP_BF16 : FSDP_F32;
+    o.compute_dtype = (o.master_dtype == FSDP_BF16 || fsdp_cli_mixed_bf16(mixed_precision, device)) ? FSDP_BF16 : FSDP_F32;
     o.reduce_dtype = o.master_dtype;
     o.gather_dtype = o.compute_dtype; /* the exact weights: what a score means */
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;

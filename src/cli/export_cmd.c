@@ -17,7 +17,8 @@ static const char *const DTYPES[] = {"bf16", "fp32", NULL};
 static const char EPILOGUE[] =
     "Writes what transformers' AutoModelForCausalLM.from_pretrained(DIR) loads: config.json, generation_config.json\n"
     "and the weights under Hugging Face names, as model.safetensors or, beyond --max-shard-size, as\n"
-    "model-00001-of-0000N.safetensors files with model.safetensors.index.json. Launched with mpirun, every rank\n"
+    "model-00001-of-0000N.safetensors files with model.safetensors.index.json; and what AutoTokenizer loads:\n"
+    "tokenizer.json, tokenizer_config.json, special_tokens_map.json (see --tokenizer). Launched with mpirun, every rank\n"
     "reads and writes its own part of every tensor, into a directory beside DIR that replaces DIR in one rename\n"
     "once complete (a reader sees the old model or the new one); one export at a time holds DIR's lock.\n"
     "  mpirun -np 4 fsdp export --checkpoint ckpt --out llama-finetuned\n"
@@ -59,7 +60,7 @@ static int parse_size(const char *text, uint64_t *out) {
 
 int fsdp_cmd_export(int argc, char **argv) {
     fsdp_err err = {0};
-    const char *checkpoint = NULL, *model = NULL, *out = NULL, *dtype = "bf16", *max_shard = "5GB";
+    const char *checkpoint = NULL, *model = NULL, *out = NULL, *dtype = "bf16", *max_shard = "5GB", *tokenizer = NULL;
     int64_t seed = 42;
     int force = 0;
     fsdp_arg args[] = {
@@ -76,6 +77,10 @@ int fsdp_cmd_export(int argc, char **argv) {
         {"max-shard-size", FSDP_ARG_STRING, &max_shard, "SIZE",
          "Largest weight file before the weights are split into several, as save_pretrained's max_shard_size: 5GB = "
          "5e9 bytes, 500MB, 2GiB, or bytes; 0 = always one file.", 1, 0, NULL, 0},
+        {"tokenizer", FSDP_ARG_STRING, &tokenizer, "FILE|DIR",
+         "The tokenizer.json (or its directory) to export with the model, with the tokenizer_config.json and "
+         "special_tokens_map.json beside it (written when missing). Default: a Hugging Face source's own, or the "
+         "one the checkpoint's data was prepared with while it is unchanged.", 1, 0, NULL, 0},
         {"force", FSDP_ARG_BOOL, &force, NULL,
          "Replace a model already in --out (all of it, in one switch; files that are not the model are kept).", 1, 0,
          NULL, 0},
@@ -103,6 +108,7 @@ int fsdp_cmd_export(int argc, char **argv) {
     o.out = out;
     o.bf16 = !strcmp(dtype, "bf16");
     o.force = force;
+    o.tokenizer = tokenizer;
     if (fsdp_export(MPI_COMM_WORLD, &o, &err)) fsdp_exit_error(&err, 0);
     return 0;
 }

@@ -20,6 +20,7 @@
 #include "../io/export_dir.h"
 #include "../io/generation_config.h"
 #include "../text/stream.h"
+#include "../io/tokenizer_config.h"
 #include "../text/tokenizer.h"
 #include "../train/generate.h"
 #include "../train/resident.h"
@@ -233,8 +234,9 @@ int fsdp_cmd_generate(int argc, char **argv) {
          NULL, 0},
         {"checkpoint", FSDP_ARG_STRING, &f.checkpoint, "FILE|DIR",
          "Instead of --init-from: an fsdp.c checkpoint, or a --ckpt-dir (its latest checkpoint).", 1, 0, NULL, 0},
-        {"tokenizer", FSDP_ARG_STRING, &f.tokenizer, "FILE",
-         "The tokenizer.json (default: the one in the --init-from directory).", 1, 0, NULL, 0},
+        {"tokenizer", FSDP_ARG_STRING, &f.tokenizer, "FILE|DIR",
+         "The tokenizer.json or its directory, with the tokenizer_config.json beside it if any (default: the "
+         "--init-from directory's).", 1, 0, NULL, 0},
         {"prompt", FSDP_ARG_STRING, &f.prompt, "TEXT", "The text to continue.", 1, 0, NULL, 0},
         {"prompt-file", FSDP_ARG_STRING, &f.prompt_file, "FILE", "The text to continue, from a file (UTF-8).", 1, 0,
          NULL, 0},
@@ -283,10 +285,14 @@ int fsdp_cmd_generate(int argc, char **argv) {
     if (err.failed) fsdp_exit_error(&err, 0);
     /* What generate writes, standard output, is none of what it reads (`>> config.json` would
      * append text to the model it loads): base/output_paths.h. */
+    char tok_json[4300] = "", tok_config[4300] = "";
+    if (f.tokenizer && fsdp_tokenizer_files(f.tokenizer, tok_json, sizeof tok_json, tok_config, sizeof tok_config, &err))
+        fsdp_exit_error(&err, 0);
     fsdp_io_path writes[] = {FSDP_IO_STREAM("standard output", STDOUT_FILENO)};
     fsdp_io_path reads[] = {FSDP_IO_DIR("--init-from", f.init_from, fsdp_model_dir_reads),
                             FSDP_IO_DIR("--checkpoint", f.checkpoint, NULL), FSDP_IO_FILE("--tokenizer", f.tokenizer),
-                            FSDP_IO_FILE("--prompt-file", f.prompt_file)};
+                            FSDP_IO_FILE("--prompt-file", f.prompt_file),
+                            FSDP_IO_FILE("--tokenizer's tokenizer_config.json", tok_config[0] ? tok_config : NULL)};
     if (fsdp_outputs_apart(writes, 1, reads, (int)(sizeof reads / sizeof reads[0]), &err)) fsdp_exit_error(&err, 0);
 
     fsdp_model_source src;

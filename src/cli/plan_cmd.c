@@ -11,12 +11,15 @@
 #include "../base/log.h"
 #include "../io/jsonio.h"
 #include "../train/memory_plan.h"
+#include "../train/reshard.h"
 #include "../train/trainer.h"
 #include "commands.h"
+#include "plan_links.h"
 
 static const char *const ATTN[] = {"eager", "flash", NULL};
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const RECOMPUTE[] = {"none", "selective", "full", NULL};
+static const char *const FP8[] = {"none", "tensorwise", "rowwise", NULL};
 static const char *const DEVICES[] = {"cuda", "cpu", NULL};
 
 static const char EPILOGUE[] =
@@ -26,6 +29,11 @@ static const char EPILOGUE[] =
     "them when it decides what fits, and `fsdp train` prints the measured value at the end.\n"
     "  fsdp plan --model llama-3.2-1b --gpus 1 --mbs auto --gpu-mem 80\n"
     "  fsdp plan --model llama-2-7b --gpus 8 --nodes 2 --strategy HYBRID --mbs auto --gpu-mem 64 --json\n"
+    "With --link-gbps (or --compute-from, --calibrate, --compute-tflops) it also predicts the step time and\n"
+    "tokens/s of every strategy and wire option on that link, fastest first (README: \"Choosing a configuration\n"
+    "for your link\"):\n"
+    "  fsdp plan --model llama-3.2-1b --nodes 2 --gpus-per-node 4 --mbs auto --gpu-mem 64 --link-gbps 25 \\\n"
+    "      --compute-from run.jsonl\n"
     "MareNostrum-5's accelerated nodes have H100s with 64 GB: --gpu-mem 64. --device cpu plans the CPU\n"
     "backend (bf16 stored as fp32), whose --memory-limit plays the part of --gpu-mem.\n";
 
@@ -63,7 +71,7 @@ static void row(const char *what, size_t bytes, const char *note) {
  * recomputation fills in the backward, and the rest. */
 static void print_activation_parts(const plan_report *r) {
     const fsdp_activation_parts *a = &r->plan.activation_parts;
-    int L = r->cfg->num_layers, swiglu = r->cfg->family->mlp == FSDP_MLP_SWIGLU;
+    int L = r->cfg->num_layers, swiglu = fsdp_block_kind_of(r->cfg).swiglu;
     int eager = r->o->attn == FSDP_ATTN_EAGER;
     char what[96], note[160];
     snprintf(what, sizeof what, "  kept by the %d layers for the backward", L);
@@ -101,11 +109,13 @@ static void print_text(const plan_report *r) {
     double params = (double)fsdp_model_num_params(r->cfg);
     printf("fsdp plan: %s (%s), %.2f%s parameters\n", r->cfg->name, model, params >= 1e9 ? params / 1e9 : params / 1e6,
            params >= 1e9 ? "B" : "M");
-    printf("%d %s%s on %d node%s (%s) | %s: shard group %d, replica group %d | %s master, %s compute, %s reduce, %s gather, %s accumulation | "
+    char hpz[64] = ""; /* --reshard-after-forward */
+    if (e->secondary_size) snprintf(hpz, sizeof hpz, ", hpZ: resharded to %d after forward", e->secondary_size);
+    printf("%d %s%s on %d node%s (%s) | %s: shard group %d, replica group %d%s | %s master, %s compute, %s reduce, %s gather, %s accumulation | "
            "%s attention | embedding gradient %s | recompute %s | dropout %s\n",
            r->place.world, unit, r->place.world > 1 ? "s" : "", r->nodes, r->nodes > 1 ? "s" : "",
            r->gpu_name && *r->gpu_name ? r->gpu_name : fsdp_device_kind_name(r->place.device),
-           fsdp_strategy_name(o->strategy), e->shard_size, e->replica_size, fsdp_dtype_name(o->master_dtype),
+           fsdp_strategy_name(o->strategy), e->shard_size, e->replica_size, hpz, fsdp_dtype_name(o->master_dtype),
            fsdp_dtype_name(o->compute_dtype), fsdp_dtype_name(o->reduce_dtype), fsdp_dtype_name(o->gather_dtype),
            fsdp_plan_accumulate_local(o, r->place.world) ? "local" : "sharded", o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", p->embed_rows ? "rows" : "dense",
            fsdp_recompute_name(o->recompute), dropout);
@@ -138,6 +148,12 @@ static void print_text(const plan_report *r) {
     if (e->quantized) {
         snprintf(what, sizeof what, "quantized shards and gathers (%s)", fsdp_dtype_name(o->gather_dtype));
         row(what, e->quantized, "instead of the working copy");
+    }
+    if (e->secondary_size) {
+        snprintf(what, sizeof what, "secondary copy, hpZ (%s)", fsdp_dtype_name(o->compute_dtype));
+        snprintf(note, sizeof note, "the blocks in shards of 1/%d, kept from forward to backward",
+                 e->secondary_size);
+        row(what, e->secondary, note);
     }
     row("activations (one micro-batch, the model's arena)", p->activations, NULL);
     print_activation_parts(r);
@@ -188,6 +204,10 @@ static json_t *plan_json(const plan_report *r) {
                           e->gathered_rings, "gathered_slots", e->gathered_slots, "grad_rings", e->grad_rings,
                           "grad_slots", e->grad_slots, "communicators", e->communicators);
     if (!v) fsdp_fatal("out of host memory building the plan's JSON");
+    /* hpZ (--reshard-after-forward): its secondary copy, and the group it is sharded over (null: none). */
+    if (json_object_set_new(bytes, "secondary_copy", json_integer((json_int_t)e->secondary)) ||
+        json_object_set_new(v, "reshard_after_forward", e->secondary_size ? json_integer(e->secondary_size) : json_null()))
+        fsdp_fatal("out of host memory building the plan's JSON");
     fsdp_model_shape shape = fsdp_plan_model_shape(r->cfg, o);
     json_object_set_new(v, "dropout", fsdp_json_number(shape.dropout.hidden));
     json_object_set_new(v, "attention_dropout", fsdp_json_number(shape.dropout.attention));
@@ -212,9 +232,11 @@ int fsdp_cmd_plan(int argc, char **argv) {
     const char *model = NULL, *strategy = "FULL", *mbs_text = "4", *device = "cuda";
     fsdp_cli_precision_flags prec = FSDP_CLI_PRECISION_DEFAULTS;
     const char *attn = "flash";
-    const char *embed_grads = "auto", *recompute = "none", *dropout = NULL;
+    const char *embed_grads = "auto", *recompute = "none", *dropout = NULL, *reshard = NULL, *fp8 = "none";
     int gpus = 1, nodes = 1, seq = 1024, max_live = 2, head_chunk = 0, global_batch = 0, grad_accum = 1, json = 0;
     double gpu_mem = 0.0;
+    int gpus_per_node = 0, prefetch = 1;
+    fsdp_cli_link_flags lf = FSDP_CLI_LINK_DEFAULTS;
     fsdp_arg args[] = {
         {"model", FSDP_ARG_STRING, &model, "NAME|PATH",
          "A preset (llama-3.2-1b, llama-2-7b, opt-1.3b, tiny-llama, tiny-opt) or a Hugging Face config.json (or its "
@@ -223,6 +245,9 @@ int fsdp_cmd_plan(int argc, char **argv) {
         {"nodes", FSDP_ARG_INT, &nodes, "K", "Nodes the GPUs are spread over (HYBRID shards inside a node).", 1, 1 << 20,
          NULL, 0},
         {"strategy", FSDP_ARG_STRING, &strategy, "S", "FULL, SHARD_GRAD_OP, NO_SHARD or HYBRID (as fsdp train).", 1, 0,
+         NULL, 0},
+        {"reshard-after-forward", FSDP_ARG_STRING, &reshard, "node|N",
+         "As fsdp train (FULL): the secondary copy of hpZ, sharded over a node of --gpus / --nodes GPUs (or N).", 1, 0,
          NULL, 0},
         {"mbs", FSDP_ARG_STRING, &mbs_text, "N|auto",
          "Micro-batch size per GPU; auto: the largest that fits in --gpu-mem.", 1, 0, NULL, 0},
@@ -235,8 +260,8 @@ int fsdp_cmd_plan(int argc, char **argv) {
          1 << 20, NULL, 0},
         {"model-precision", FSDP_ARG_CHOICE, &prec.model_precision, "P",
          "Master weights, gradients and Adam states.", 1, 0, FSDP_CLI_PRECISIONS, 0},
-        {"mixed-precision", FSDP_ARG_CHOICE, &prec.mixed_precision, "P", "Activations and gathered weights.", 1, 0,
-         FSDP_CLI_MIXED, 0},
+        {"mixed-precision", FSDP_ARG_CHOICE, &prec.mixed_precision, "P", "Activations and gathered weights (auto: bf16 on GPUs, no "
+         "with --device cpu).", 1, 0, FSDP_CLI_MIXED, 0},
         {"reduce-dtype", FSDP_ARG_CHOICE, &prec.reduce_dtype, "P",
          "As fsdp train: what gradient reductions send (and so the gradient buffers' precision).", 1, 0,
          FSDP_CLI_REDUCE, 0},
@@ -248,17 +273,43 @@ int fsdp_cmd_plan(int argc, char **argv) {
          "As fsdp train: what a layer keeps for its backward (none: everything; selective: the matrix products' "
          "outputs; full: only its input, the layer's forward is run again in the backward).", 1, 0, RECOMPUTE, 0},
         {"embedding-grads", FSDP_ARG_CHOICE, &embed_grads, "M", "As fsdp train.", 1, 0, EMBED_GRADS, 0},
+        {"fp8", FSDP_ARG_CHOICE, &fp8, "S",
+         "As fsdp train: FP8 block projections; a GPU plan counts their operands in the op scratch.", 1, 0, FP8, 0},
         {"dropout", FSDP_ARG_STRING, &dropout, "P",
          "As fsdp train: a rate for every dropout of the model (default: the config's). Dropout after attention and "
          "the MLP keeps two more [tokens, hidden] buffers; on eager attention's probabilities, a second "
          "[heads, seq, seq] buffer in the op scratch.", 1, 0, NULL, 0},
         {"max-live-units", FSDP_ARG_INT, &max_live, "N", "As fsdp train.", 1, 1024, NULL, 0},
+        {"prefetch", FSDP_ARG_INT, &prefetch, "N", "As fsdp train (the time plan's gathers started ahead of use).", 0, 64,
+         NULL, 0},
         {"head-chunk-tokens", FSDP_ARG_INT, &head_chunk, "N", "As fsdp train.", 0, 1 << 30, NULL, 0},
         {"gpu-mem", FSDP_ARG_FLOAT, &gpu_mem, "GiB",
          "Memory per GPU to fit into; 0 = the memory of this machine's GPU (64 on MareNostrum-5's H100s).", 0, 1e6,
          NULL, 0},
         {"device", FSDP_ARG_CHOICE, &device, "D", "The backend planned for.", 1, 0, DEVICES, 0},
         {"json", FSDP_ARG_BOOL, &json, NULL, "Print the plan as one JSON object.", 0, 0, NULL, 0},
+        {"gpus-per-node", FSDP_ARG_INT, &gpus_per_node, "G", "GPUs of each node (instead of --gpus: --nodes x G).", 1,
+         1 << 20, NULL, 0},
+        {"link-gbps", FSDP_ARG_FLOAT, &lf.link_gbps, "GB/s",
+         "Bus bandwidth per GPU between nodes (NCCL's busbw: NDR200 InfiniBand about 25): predicts the step time and "
+         "tokens/s of each strategy and compression option on this link, fastest first.", 0, 1e6, NULL, 0},
+        {"intra-gbps", FSDP_ARG_FLOAT, &lf.intra_gbps, "GB/s", "Bus bandwidth per GPU inside a node (NVLink).", 0, 1e6,
+         NULL, 0},
+        {"compute-from", FSDP_ARG_STRING, &lf.compute_from, "METRICS",
+         "The compute rate of the time plan from a run's --metrics file (its measured step time).", 1, 0, NULL, 0},
+        {"calibrate", FSDP_ARG_STRING, &lf.calibrate, "FILE",
+         "Measure the compute rate now: train this model 4 steps on this rank, its metrics into FILE (for "
+         "--compute-from later).", 1, 0, NULL, 0},
+        {"compute-tflops", FSDP_ARG_FLOAT, &lf.compute_tflops, "T", "The compute rate itself (model TFLOP/s per GPU).", 0,
+         1e6, NULL, 0},
+        {"update-gbps", FSDP_ARG_FLOAT, &lf.update_gbps, "GB/s",
+         "Memory traffic rate of the optimizer's update (measured 3200 on H200s; --compute-from reads it from a run's "
+         "phases).", 0, 1e9, NULL, 0},
+        {"interference", FSDP_ARG_FLOAT, &lf.interference, "X",
+         "Overlapped compute and gradient reductions each run 1 / (1 + X) as fast (1: they take turns; 0: a perfect "
+         "overlap).", 0, 100, NULL, 0},
+        {"gather-interference", FSDP_ARG_FLOAT, &lf.gather_interference, "X", "The same for compute and gathers.", 0,
+         100, NULL, 0},
     };
     fsdp_arg_spec spec = {"plan",
                           "Print the memory fsdp.c reserves per GPU for a training configuration, and with --mbs auto "
@@ -271,6 +322,19 @@ int fsdp_cmd_plan(int argc, char **argv) {
 
     fsdp_train_options o;
     memset(&o, 0, sizeof o);
+    int gpus_seen = fsdp_args_find(&spec, "gpus")->seen;
+    if (gpus_per_node && gpus_seen && gpus != nodes * gpus_per_node)
+        fsdp_usagef(&err, "plan: --gpus %d is not --nodes %d x --gpus-per-node %d", gpus, nodes, gpus_per_node);
+    else if (gpus_per_node)
+        gpus = nodes * gpus_per_node;
+    if (fsdp_args_find(&spec, "link-gbps")->seen && lf.link_gbps <= 0.0)
+        fsdp_usagef(&err, "plan: --link-gbps %g is not a bandwidth (GB/s above 0)", lf.link_gbps);
+    if (err.failed || fsdp_cli_link_check("plan", &lf, &err)) fsdp_exit_error(&err, 0);
+    int timed = lf.link_gbps > 0.0 || lf.compute_from || lf.calibrate || lf.compute_tflops > 0.0 ||
+                fsdp_args_find(&spec, "intra-gbps")->seen;
+    if (timed && nodes > 1 && lf.link_gbps <= 0.0)
+        fsdp_usagef(&err, "plan: a time plan over %d nodes needs --link-gbps (the bus bandwidth per GPU between them)",
+                    nodes);
     if (!model) fsdp_usagef(&err, "plan: --model is required (a preset or a config.json)");
     else if (fsdp_strategy_parse(strategy, &o.strategy))
         fsdp_usagef(&err, "plan: --strategy '%s' is not one of: FULL, SHARD_GRAD_OP, NO_SHARD, HYBRID", strategy);
@@ -283,14 +347,25 @@ int fsdp_cmd_plan(int argc, char **argv) {
     if (err.failed) fsdp_exit_error(&err, 0);
     if (global_batch && fsdp_args_find(&spec, "grad-accum")->seen)
         fsdp_usagef(&err, "plan: give --global-batch or --grad-accum, not both");
+    o.device = device;
     if (err.failed || fsdp_cli_precision("plan", &prec, &o, &err)) fsdp_exit_error(&err, 0);
     o.seq = seq, o.grad_accum = grad_accum, o.global_batch = global_batch, o.max_live = max_live, o.head_chunk = head_chunk;
+    o.prefetch = prefetch;
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
     fsdp_recompute_parse(recompute, &o.recompute); /* one of the choices: the parser checked */
+    fsdp_fp8_parse(fp8, &o.fp8);                   /* likewise */
     o.embed_grads = !strcmp(embed_grads, "rows")    ? FSDP_EMBED_GRADS_ROWS
                     : !strcmp(embed_grads, "dense") ? FSDP_EMBED_GRADS_DENSE
                                                     : FSDP_EMBED_GRADS_AUTO;
     if (fsdp_plan_check_embed_rows("plan", &o, gpus, &err)) fsdp_exit_error(&err, 0);
+    if (reshard && (fsdp_reshard_parse("plan", reshard, &o.reshard_after_forward, &err) ||
+                    fsdp_reshard_resolve("plan", &o, gpus, gpus / nodes, 1, &err)))
+        fsdp_exit_error(&err, 0);
+    if (reshard && timed) { /* its backward's gathers inside the node: not laid out by step_time.c yet */
+        fsdp_usagef(&err, "plan: --reshard-after-forward (hpZ) has no time plan yet: plan its memory without "
+                          "--link-gbps, --compute-from, --calibrate and --compute-tflops");
+        fsdp_exit_error(&err, 0);
+    }
 
     fsdp_model_config cfg;
     fsdp_dropout_rates rates;
@@ -348,9 +423,29 @@ int fsdp_cmd_plan(int argc, char **argv) {
     }
     fsdp_memory_plan_compute(&cfg, &o, &r.place, &r.plan);
 
+    /* The time plan: every strategy (and compression option the flags left open) on this link. */
+    fsdp_link link = {nodes, lf.link_gbps, lf.intra_gbps};
+    fsdp_rates speed;
+    fsdp_link_table table = {0};
+    char source[512] = "";
+    if (timed) {
+        o.model = model;
+        if (fsdp_cli_link_rates("plan", &lf, &cfg, &o, &link, &speed, source, sizeof source, &err))
+            fsdp_exit_error(&err, 0);
+        fsdp_link_choices ch = {1, !fsdp_args_find(&spec, "reduce-dtype")->seen,
+                                !fsdp_args_find(&spec, "gather-dtype")->seen, !fsdp_args_find(&spec, "accumulate")->seen,
+                                r.budget};
+        fsdp_link_table_build(&cfg, &o, &r.place, &link, &speed, &ch, &table);
+    }
+
     if (fsdp_rank() > 0) return 0; /* launched on several ranks: one answer */
     if (json) {
         json_t *v = plan_json(&r);
+        if (timed) {
+            json_t *t = fsdp_cli_link_json(&table, &link, &speed, source);
+            json_object_update(v, t);
+            json_decref(t);
+        }
         char *text = fsdp_json_text(v, 2, 6);
         if (!text) fsdp_fatal("out of host memory writing the plan's JSON");
         printf("%s\n", text);
@@ -358,6 +453,8 @@ int fsdp_cmd_plan(int argc, char **argv) {
         json_decref(v);
     } else {
         print_text(&r);
+        if (timed) fsdp_cli_link_print(&table, &r.place, &link, &speed, source, r.budget);
     }
+    fsdp_link_table_free(&table);
     return 0;
 }

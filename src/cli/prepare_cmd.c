@@ -1,4 +1,4 @@
-/* `fsdp prepare`: text, JSON Lines or Alpaca records -> token files (version 2) for fsdp train. */
+/* `fsdp prepare`: text, JSON Lines, Parquet or Alpaca records -> token files (version 2) for fsdp train. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,19 +9,23 @@
 #include "../text/prepare.h"
 #include "commands.h"
 
-static const char *const FORMATS[] = {"text", "jsonl", "alpaca", NULL};
+static const char *const FORMATS[] = {"text", "jsonl", "parquet", "alpaca", NULL};
 static const char *const SPLITS[] = {"file", "blank-lines", NULL};
 
 static const char EPILOGUE[] =
     "Formats: text = each file one document (--split-on file) or documents separated by blank lines\n"
     "(--split-on blank-lines, as WikiText); jsonl = one document per line, the string field --field;\n"
-    "alpaca = a JSON array or JSON Lines of {instruction, input, output}: the Stanford Alpaca prompt (BOS per\n"
-    "the tokenizer's post-processor), the response and EOS, with a loss mask over the response and EOS only.\n"
+    "parquet = one document per row, the string column --field (nulls and empty texts skipped; Snappy, gzip,\n"
+    "Zstd or no compression); alpaca = a JSON array, JSON Lines or a Parquet file of {instruction, input,\n"
+    "output}: the Stanford Alpaca prompt (BOS per the tokenizer's post-processor), the response and EOS,\n"
+    "with a loss mask over the response and EOS only.\n"
     "The validation file is OUT with .val before its extension (data.bin -> data.val.bin). Output: token\n"
     "file version 2 (docs/FORMATS.md), written under a temporary name and renamed when complete.\n"
     "  fsdp prepare --tokenizer tokenizer.json --input wiki.train.raw --format text --split-on blank-lines \\\n"
     "      --out wiki.bin --val-fraction 0.01\n"
-    "  fsdp prepare --tokenizer tokenizer.json --input alpaca_data.json --format alpaca --out alpaca.bin\n";
+    "  fsdp prepare --tokenizer tokenizer.json --input alpaca_data.json --format alpaca --out alpaca.bin\n"
+    "  fsdp prepare --tokenizer tokenizer.json --input wikitext-103-raw-v1/train-*.parquet --format parquet \\\n"
+    "      --field text --out wiki.bin\n";
 
 /* Takes every path after --input (and of repeated --input flags) out of argv: returns the paths
  * (NULL-terminated, *num of them) and in *args a new argument vector with one "--input FIRST" left
@@ -63,7 +67,9 @@ int fsdp_cmd_prepare(int argc, char **argv) {
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
     fsdp_arg args[] = {
-        {"tokenizer", FSDP_ARG_STRING, &tokenizer, "FILE", "A Hugging Face tokenizer.json (model type BPE). Required.",
+        {"tokenizer", FSDP_ARG_STRING, &tokenizer, "FILE|DIR",
+         "A Hugging Face tokenizer.json (model type BPE) or its directory; a tokenizer_config.json beside it is "
+         "applied as transformers does. Required.",
          1, 0, NULL, 0},
         {"input", FSDP_ARG_STRING, &first_input, "PATH...", "Input files, read in order (one or more). Required.", 1, 0,
          NULL, 0},
@@ -71,7 +77,7 @@ int fsdp_cmd_prepare(int argc, char **argv) {
         {"out", FSDP_ARG_STRING, &out, "FILE", "The training token file. Required.", 1, 0, NULL, 0},
         {"split-on", FSDP_ARG_CHOICE, &split, "S",
          "text: a document per file, or per run of lines between blank lines.", 1, 0, SPLITS, 0},
-        {"field", FSDP_ARG_STRING, &field, "NAME", "jsonl: the string field holding each document.", 1, 0, NULL, 0},
+        {"field", FSDP_ARG_STRING, &field, "NAME", "jsonl, parquet: the string field (column) holding each document.", 1, 0, NULL, 0},
         {"val-fraction", FSDP_ARG_FLOAT, &val_fraction, "X",
          "Share of documents (drawn from --seed per document) written to the validation file.", 0, 1, NULL, 0},
         {"seed", FSDP_ARG_INT64, &seed, "N", "Seed of the train/validation split.", 0, 9e18, NULL, 0},
@@ -83,13 +89,23 @@ int fsdp_cmd_prepare(int argc, char **argv) {
         {"no-special", FSDP_ARG_BOOL, &no_special, NULL,
          "Do not add the post-processor's special tokens (BOS) to documents and prompts.", 1, 0, NULL, 0},
         {"eos-token", FSDP_ARG_STRING, &eos, "TOKEN",
-         "alpaca: the token ending each response (default: the first of </s>, <|end_of_text|>, <|endoftext|> the "
-         "tokenizer has).", 1, 0, NULL, 0},
+         "alpaca: the token ending each response (default: tokenizer_config.json's eos_token, else the first of "
+         "</s>, <|end_of_text|>, <|endoftext|> the tokenizer has).", 1, 0, NULL, 0},
         {"quiet", FSDP_ARG_BOOL, &quiet, NULL, "No progress line on stderr.", 1, 0, NULL, 0},
     };
-    fsdp_arg_spec spec = {"prepare", "Tokenize text, JSON Lines or Alpaca data into token files for fsdp train.",
-                          "fsdp prepare --tokenizer FILE --input PATH... --format text|jsonl|alpaca --out FILE",
+    fsdp_arg_spec spec = {"prepare", "Tokenize text, JSON Lines, Parquet or Alpaca data into token files for fsdp train.",
+                          "fsdp prepare --tokenizer FILE --input PATH... --format text|jsonl|parquet|alpaca --out FILE",
                           EPILOGUE, args, (int)(sizeof args / sizeof args[0])};
+    /* Chat data is rendered by the model's chat_template, a Jinja program fsdp.c does not run: said
+     * so instead of "not one of the formats", and never approximated. */
+    for (int i = 0; i < argc; i++)
+        if ((!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "chat")) ||
+            !strcmp(argv[i], "--format=chat")) {
+            fsdp_usagef(&err, "prepare: --format chat is not supported: chat templates (tokenizer_config.json's "
+                        "chat_template) are Jinja programs fsdp.c does not run; render the conversations to text with "
+                        "transformers' apply_chat_template and prepare them with --format jsonl");
+            fsdp_exit_error(&err, 0);
+        }
     int rc = fsdp_args_parse(&spec, argc, argv, stdout, &err);
     if (rc == 1) return 0;
     if (rc < 0) fsdp_exit_error(&err, 0);
@@ -105,6 +121,7 @@ int fsdp_cmd_prepare(int argc, char **argv) {
     o.tokenizer = tokenizer;
     o.inputs = inputs, o.num_inputs = num_inputs;
     o.format = !strcmp(format, "jsonl")    ? FSDP_DOCS_JSONL
+               : !strcmp(format, "parquet") ? FSDP_DOCS_PARQUET
                : !strcmp(format, "alpaca") ? FSDP_DOCS_ALPACA
                : !strcmp(split, "file")    ? FSDP_DOCS_TEXT_FILE
                                            : FSDP_DOCS_TEXT_BLANK_LINES;
@@ -128,6 +145,13 @@ int fsdp_cmd_prepare(int argc, char **argv) {
         printf("%s: %llu documents, %llu tokens (%llu counted in the loss)\n", v ? val_path : out,
                (unsigned long long)st.documents[v], (unsigned long long)st.tokens[v],
                (unsigned long long)st.counted[v]);
+    if (st.nulls)
+        printf("skipped %llu records whose text was null%s\n", (unsigned long long)st.nulls,
+               o.format == FSDP_DOCS_ALPACA ? " (instruction or output)" : "");
+    if (st.longer)
+        printf("%llu documents are longer than the tokenizer's model_max_length of %llu tokens (kept whole, as "
+               "transformers keeps them with a warning; --seq decides what a sample holds)\n",
+               (unsigned long long)st.longer, (unsigned long long)st.model_max_length);
     free(inputs);
     free(args_left);
     return 0;

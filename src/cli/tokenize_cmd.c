@@ -9,6 +9,7 @@
 #include "../base/error.h"
 #include "../base/output_paths.h"
 #include "../io/jsonio.h"
+#include "../io/tokenizer_config.h"
 #include "../text/tokenizer.h"
 #include "commands.h"
 
@@ -100,7 +101,9 @@ int fsdp_cmd_tokenize(int argc, char **argv) {
     const char *path = NULL;
     int no_special = 0, decode = 0, skip_special = 0, json = 0;
     fsdp_arg args[] = {
-        {"tokenizer", FSDP_ARG_STRING, &path, "FILE", "A Hugging Face tokenizer.json (model type BPE). Required.", 1, 0,
+        {"tokenizer", FSDP_ARG_STRING, &path, "FILE|DIR",
+         "A Hugging Face tokenizer.json (model type BPE) or its directory, with the tokenizer_config.json beside it "
+         "if any. Required.", 1, 0,
          NULL, 0},
         {"no-special", FSDP_ARG_BOOL, &no_special, NULL,
          "Do not add the post-processor's special tokens (add_special_tokens=False); special tokens written in the "
@@ -123,9 +126,13 @@ int fsdp_cmd_tokenize(int argc, char **argv) {
     }
     /* Standard output is never a file tokenize reads: `< f >> f` would read what it appends, for
      * ever (base/output_paths.h). */
+    char tok_json[4300], tok_config[4300];
+    if (fsdp_tokenizer_files(path, tok_json, sizeof tok_json, tok_config, sizeof tok_config, &err))
+        fsdp_exit_error(&err, 0);
     fsdp_io_path writes[] = {FSDP_IO_STREAM("standard output", STDOUT_FILENO)};
-    fsdp_io_path reads[] = {FSDP_IO_FILE("--tokenizer", path), FSDP_IO_STREAM("standard input", STDIN_FILENO)};
-    if (fsdp_outputs_apart(writes, 1, reads, 2, &err)) fsdp_exit_error(&err, 0);
+    fsdp_io_path reads[] = {FSDP_IO_STREAM("standard input", STDIN_FILENO), FSDP_IO_FILE("--tokenizer", tok_json),
+                            FSDP_IO_FILE("--tokenizer's tokenizer_config.json", tok_config)};
+    if (fsdp_outputs_apart(writes, 1, reads, tok_config[0] ? 3 : 2, &err)) fsdp_exit_error(&err, 0);
     fsdp_tokenizer *tok = fsdp_tokenizer_load(path, &err);
     if (!tok) fsdp_exit_error(&err, 0);
     session s = {tok, fsdp_tokenizer_state_new(tok), !no_special, skip_special, json};

@@ -2,12 +2,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../base/args.h"
 #include "../base/error.h"
 #include "../io/jsonio.h"
+#include "../train/reshard.h"
+#include "../train/trace_run.h"
 #include "../train/trainer.h"
 #include "commands.h"
+#include "plan_links.h"
 
 static const char *const ATTN[] = {"eager", "flash", NULL};
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
@@ -15,6 +19,7 @@ static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GATHER_ENGINES[] = {"sm", "copy", NULL};
 static const char *const PACKINGS[] = {"auto", "stream", "pad", NULL};
 static const char *const RECOMPUTE[] = {"none", "selective", "full", NULL};
+static const char *const FP8[] = {"none", "tensorwise", "rowwise", NULL};
 
 int fsdp_cli_parse_mbs(const char *command, const char *text, int *mbs, int *is_auto, fsdp_err *err) {
     *is_auto = !strcmp(text, "auto");
@@ -59,20 +64,24 @@ int fsdp_cmd_train(int argc, char **argv) {
     int eval_every = 0, unigram_baseline = 0;
     double epochs = 0.0;
     const char *data = "synthetic", *ckpt_dir = NULL, *resume = NULL, *metrics = NULL, *mbs_text = "4", *init_from = NULL;
-    const char *dropout = NULL;
+    const char *tensorboard = NULL;
+    const char *trace = NULL, *trace_steps = NULL;
+    const char *dropout = NULL, *reshard = NULL, *fp8 = "none";
+    fsdp_cli_link_flags link_flags = FSDP_CLI_LINK_DEFAULTS;
     int ranks_per_node = 0, prefetch = 1, max_live = 2, mbs = 4, seq = 1024, grad_accum = 1, steps = 20;
     int global_batch = 0;
     double memory_limit_gib = 0.0;
     int warmup = 0, synthetic_vocab = 1000, ckpt_every = 0, keep = 0, log_every = 1, head_chunk = 0;
     int overwrite = 0, max_skipped = 5, allow_longer_seq = 0;
-    int rollback = 0, allow_data_change = 0, allow_config_change = 0;
+    int rollback = 0, allow_data_change = 0, allow_config_change = 0, allow_schedule_change = 0;
     int64_t seed = 42;
     double lr = 5e-5, min_lr = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8, clip = 1.0;
 
     fsdp_arg args[] = {
         {"model", FSDP_ARG_STRING, &model, "NAME|PATH",
-         "A preset (llama-3.2-1b, llama-2-7b, opt-1.3b, qwen2.5-0.5b, tiny-llama, tiny-opt, tiny-qwen2) or a Hugging "
-         "Face config.json (or its directory) of a llama, opt or qwen2 model.", 1, 0, NULL, 0},
+         "A preset (llama-3.2-1b, llama-2-7b, opt-1.3b, qwen2.5-0.5b, qwen3-0.6b, mistral-7b, tiny-llama, tiny-opt, "
+         "tiny-qwen2, tiny-qwen3, tiny-mistral) or a Hugging Face config.json (or its directory) of a llama, opt, "
+         "qwen2, qwen3 or mistral model.", 1, 0, NULL, 0},
         {"init-from", FSDP_ARG_STRING, &init_from, "DIR|FILE",
          "Start from pretrained weights: a Hugging Face model directory (config.json and model.safetensors, or "
          "model.safetensors.index.json and its files) or an fsdp.c checkpoint (its weights; the optimizer starts "
@@ -80,10 +89,25 @@ int fsdp_cmd_train(int argc, char **argv) {
          "model). Every rank reads only its own shard.", 1, 0, NULL, 0},
         {"strategy", FSDP_ARG_STRING, &strategy, "S",
          "Sharding: FULL (ZeRO-3; alias FULL_SHARD), SHARD_GRAD_OP (ZeRO-2), NO_SHARD (DDP) or HYBRID (FULL inside a "
-         "node, replicated across nodes; alias HYBRID_SHARD). Case-insensitive.", 1, 0, NULL, 0},
+         "node, replicated across nodes; alias HYBRID_SHARD). Case-insensitive. auto: the fastest that fits by fsdp "
+         "plan's prediction for the link (--link-gbps between nodes; one node: NVLink, --intra-gbps), with the "
+         "--reduce-dtype, --gather-dtype and --accumulate not given chosen by the same table.", 1, 0, NULL, 0},
+        {"link-gbps", FSDP_ARG_FLOAT, &link_flags.link_gbps, "GB/s",
+         "With --strategy auto across nodes: the bus bandwidth per GPU between them (as fsdp plan).", 0, 1e6, NULL, 0},
+        {"intra-gbps", FSDP_ARG_FLOAT, &link_flags.intra_gbps, "GB/s",
+         "With --strategy auto: the bus bandwidth per GPU inside a node (NVLink).", 0, 1e6, NULL, 0},
+        {"compute-from", FSDP_ARG_STRING, &link_flags.compute_from, "METRICS",
+         "With --strategy auto: the compute rate from a run's --metrics file (as fsdp plan).", 1, 0, NULL, 0},
+        {"compute-tflops", FSDP_ARG_FLOAT, &link_flags.compute_tflops, "T",
+         "With --strategy auto: the compute rate itself (model TFLOP/s per GPU).", 0, 1e6, NULL, 0},
         {"ranks-per-node", FSDP_ARG_INT, &ranks_per_node, "N",
-         "Treat every N consecutive ranks as one node for HYBRID (emulates several nodes on one machine); 0 = the "
-         "real nodes.", 0, 1 << 20, NULL, 0},
+         "Treat every N consecutive ranks as one node for HYBRID and --reshard-after-forward node (emulates several "
+         "nodes on one machine); 0 = the real nodes.", 0, 1 << 20, NULL, 0},
+        {"reshard-after-forward", FSDP_ARG_STRING, &reshard, "node|N",
+         "With --strategy FULL (ZeRO++'s hpZ; FSDP2's reshard_after_forward=N): after a unit's forward keep a "
+         "secondary copy of its weights sharded over the node (or N ranks), so that the backward's all-gathers "
+         "stay inside the node; weights, gradients and optimizer states stay sharded over all ranks. Costs 1/N of "
+         "the blocks' weights in the compute precision per GPU.", 1, 0, NULL, 0},
         {"mbs", FSDP_ARG_STRING, &mbs_text, "N|auto",
          "Micro-batch size: samples per rank in each forward/backward. auto: the largest the memory plan (fsdp plan) "
          "fits in the GPU's memory or --memory-limit; a set-up that still runs out of memory is built again with the "
@@ -121,7 +145,8 @@ int fsdp_cmd_train(int argc, char **argv) {
         {"model-precision", FSDP_ARG_CHOICE, &prec.model_precision, "P",
          "Precision of the stored model: master weights, gradients and Adam states.", 1, 0, FSDP_CLI_PRECISIONS, 0},
         {"mixed-precision", FSDP_ARG_CHOICE, &prec.mixed_precision, "P",
-         "Compute precision of activations and gathered weights (bf16 = mixed precision).", 1, 0, FSDP_CLI_MIXED, 0},
+         "Compute precision of activations and gathered weights (bf16 = mixed precision; auto = bf16 on GPUs, no on "
+         "the CPU backend, where bf16 is emulated and slower).", 1, 0, FSDP_CLI_MIXED, 0},
         {"reduce-dtype", FSDP_ARG_CHOICE, &prec.reduce_dtype, "P",
          "What gradient reductions send: fp32 (summed by NCCL), bf16 (2x fewer bytes) or int8 (blockwise scales, about "
          "4x fewer); bf16 and int8 are summed in fp32 by the rank that keeps the shard. The backward accumulates in "
@@ -146,6 +171,13 @@ int fsdp_cmd_train(int argc, char **argv) {
          "and eager attention's probabilities; full keeps only each layer's input and recomputes the layer's "
          "forward in the backward (least memory, about one more forward of compute). The gradients are the same.",
          1, 0, RECOMPUTE, 0},
+        {"fp8", FSDP_ARG_CHOICE, &fp8, "S",
+         "The blocks' projections (q/k/v, o, gate/up, down; not the LM head) as FP8 products, torchao's dynamic "
+         "recipes: tensorwise scales each operand by its current amax (e4m3 everywhere), rowwise each row along the "
+         "product's reduction (e4m3, power-of-two scales); outputs bf16, master weights unchanged. GPUs of compute "
+         "capability 8.9+ (H100, H200); the CPU emulates it. Tokens per micro-batch and the projections' sizes must "
+         "be multiples of 16.",
+         1, 0, FP8, 0},
         {"embedding-grads", FSDP_ARG_CHOICE, &embed_grads, "M",
          "Token-embedding gradient: dense reduce-scatters the whole matrix; rows gathers only the rows the batch "
          "touched (fp32 master weights); auto picks rows when that moves fewer bytes.", 1, 0, EMBED_GRADS, 0},
@@ -199,6 +231,10 @@ int fsdp_cmd_train(int argc, char **argv) {
          "Resume under config values that change the computation (rope_theta, rope_scaling, rms_norm_eps, dropout "
          "rates, eos/pad token ids) other than the checkpoint's (without it such a resume is refused).", 0, 0, NULL,
          0},
+        {"allow-schedule-change", FSDP_ARG_BOOL, &allow_schedule_change, NULL,
+         "Resume under another learning-rate schedule (--steps, --lr, --min-lr, --warmup) than the checkpoint's: the "
+         "cosine is re-spanned from the resumed step and the rate jumps, as transformers and torchtitan do silently "
+         "(without it a resume whose next rate differs from the checkpoint schedule's is refused).", 0, 0, NULL, 0},
         {"overwrite", FSDP_ARG_BOOL, &overwrite, NULL,
          "Start a new run in a --ckpt-dir that holds another run's checkpoints, deleting them (without it such a "
          "run is refused).", 0, 0, NULL, 0},
@@ -207,6 +243,17 @@ int fsdp_cmd_train(int argc, char **argv) {
          "stops.", 0, 1 << 20, NULL, 0},
         {"metrics", FSDP_ARG_STRING, &metrics, "FILE",
          "Write one JSON object per step and a final summary (JSON Lines).", 1, 0, NULL, 0},
+        {"tensorboard", FSDP_ARG_STRING, &tensorboard, "DIR",
+         "Write the metrics as TensorBoard event files into DIR (rank 0, flushed every step; one run per folder: "
+         "`tensorboard --logdir` its parent). Hugging Face's --report_to tensorboard --logging_dir DIR.", 1, 0, NULL,
+         0},
+        {"trace", FSDP_ARG_STRING, &trace, "FILE",
+         "Write a timeline of --trace-steps per rank, for Perfetto or chrome://tracing (trace.json -> "
+         "trace.rank0.json, ...): each unit's forward and backward, every gather and reduction with its bytes, the "
+         "host's phases; and the summary (busy time per stream, communication hidden under compute).", 1, 0, NULL,
+         0},
+        {"trace-steps", FSDP_ARG_STRING, &trace_steps, "A:B",
+         "The steps --trace records (default: 3 to 5 of this run, or its last ones when shorter).", 1, 0, NULL, 0},
         {"log-every", FSDP_ARG_INT, &log_every, "N", "Print a progress line every N steps.", 1, 1 << 30, NULL, 0},
         {"device", FSDP_ARG_CHOICE, &device, "D", "Backend: auto uses the GPUs when there are any.", 1, 0, DEVICES,
          0},
@@ -225,8 +272,11 @@ int fsdp_cmd_train(int argc, char **argv) {
          "Tokens per chunk of the fused LM head + cross-entropy (0 = about 512 MiB of logits).", 0, 1 << 30, NULL,
          0},
     };
-    fsdp_arg_spec spec = {"train",
-                          "Train a decoder-only LLM (Llama, OPT) with fully sharded data parallelism over MPI ranks.",
+    char summary[640];
+    snprintf(summary, sizeof summary,
+             "Train a decoder-only LLM (%s) with fully sharded data parallelism over MPI ranks.",
+             fsdp_cli_family_list());
+    fsdp_arg_spec spec = {"train", summary,
                           "fsdp train [FLAGS]", EPILOGUE, args, (int)(sizeof args / sizeof args[0])};
     int rc = fsdp_args_parse(&spec, argc, argv, stdout, &err);
     if (rc == 1) return 0;
@@ -240,8 +290,28 @@ int fsdp_cmd_train(int argc, char **argv) {
     if (global_batch && fsdp_args_find(&spec, "grad-accum")->seen) {
         fsdp_usagef(&err, "train: give --global-batch or --grad-accum, not both");
         fsdp_exit_error(&err, 0);
-    }    if (fsdp_strategy_parse(strategy, &o.strategy)) {
-        fsdp_usagef(&err, "train: --strategy '%s' is not one of: FULL, SHARD_GRAD_OP, NO_SHARD, HYBRID", strategy);
+    }
+    o.strategy_auto = !strcasecmp(strategy, "auto");
+    if (o.strategy_auto) {
+        fsdp_link link = {1, link_flags.link_gbps, link_flags.intra_gbps};
+        fsdp_rates rates;
+        if (fsdp_args_find(&spec, "link-gbps")->seen && link_flags.link_gbps <= 0.0)
+            fsdp_usagef(&err, "train: --link-gbps %g is not a bandwidth (GB/s above 0)", link_flags.link_gbps);
+        else if (reshard)
+            fsdp_usagef(&err, "train: --reshard-after-forward goes with --strategy FULL, not auto");
+        if (err.failed || fsdp_cli_link_check("train", &link_flags, &err) ||
+            fsdp_cli_link_rates("train", &link_flags, NULL, &o, &link, &rates, o.auto_rate_source,
+                                sizeof o.auto_rate_source, &err))
+            fsdp_exit_error(&err, 0);
+        o.link_gbps = link_flags.link_gbps, o.intra_gbps = link_flags.intra_gbps;
+        o.auto_tflops = rates.tflops, o.auto_update_gbps = rates.update_gbps;
+        o.auto_interference = rates.interference, o.auto_gather_interference = rates.gather_interference;
+    } else if (link_flags.link_gbps > 0.0 || link_flags.compute_from || link_flags.compute_tflops > 0.0) {
+        fsdp_usagef(&err, "train: --link-gbps, --compute-from and --compute-tflops go with --strategy auto");
+        fsdp_exit_error(&err, 0);
+    }
+    if (!o.strategy_auto && fsdp_strategy_parse(strategy, &o.strategy)) {
+        fsdp_usagef(&err, "train: --strategy '%s' is not one of: FULL, SHARD_GRAD_OP, NO_SHARD, HYBRID, auto", strategy);
         fsdp_exit_error(&err, 0);
     }
     if (init_from && resume) {
@@ -274,9 +344,11 @@ int fsdp_cmd_train(int argc, char **argv) {
                           "needs --resume FILE (not auto) and --ckpt-dir");
         fsdp_exit_error(&err, 0);
     }
-    if ((allow_data_change || allow_config_change) && !resume) {
+    if ((allow_data_change || allow_config_change || allow_schedule_change) && !resume) {
         fsdp_usagef(&err, "train: --%s says what a resumed run may change: it needs --resume",
-                    allow_data_change ? "allow-data-change" : "allow-config-change");
+                    allow_data_change     ? "allow-data-change"
+                    : allow_config_change ? "allow-config-change"
+                                          : "allow-schedule-change");
         fsdp_exit_error(&err, 0);
     }
     /* The cosine decays from --lr to --min-lr: above --lr it would climb instead. */
@@ -305,6 +377,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.model = init_from && !fsdp_args_find(&spec, "model")->seen ? NULL : model;
     o.init_from = init_from;
     o.ranks_per_node = ranks_per_node;
+    if (reshard && fsdp_reshard_parse("train", reshard, &o.reshard_after_forward, &err)) fsdp_exit_error(&err, 0);
     o.prefetch = prefetch;
     o.max_live = max_live;
     o.copy_engine_gathers = !strcmp(gather_engine, "copy");
@@ -319,9 +392,14 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.adam_eps = adam_eps, o.clip = clip, o.warmup = warmup;
     o.seed = (uint64_t)seed;
     if (fsdp_cli_precision("train", &prec, &o, &err)) fsdp_exit_error(&err, 0);
+    /* --strategy auto also picks the wire options left unsaid, as fsdp plan's table varies them. */
+    o.auto_vary_reduce = o.strategy_auto && !fsdp_args_find(&spec, "reduce-dtype")->seen;
+    o.auto_vary_gather = o.strategy_auto && !fsdp_args_find(&spec, "gather-dtype")->seen;
+    o.auto_vary_accumulate = o.strategy_auto && !fsdp_args_find(&spec, "accumulate")->seen;
     o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
     o.head_chunk = head_chunk;
     fsdp_recompute_parse(recompute, &o.recompute); /* one of the choices: the parser checked */
+    fsdp_fp8_parse(fp8, &o.fp8);                   /* likewise */
     o.embed_grads = !strcmp(embed_grads, "rows")    ? FSDP_EMBED_GRADS_ROWS
                     : !strcmp(embed_grads, "dense") ? FSDP_EMBED_GRADS_DENSE
                                                     : FSDP_EMBED_GRADS_AUTO;
@@ -335,7 +413,15 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.unigram_baseline = unigram_baseline;
     o.ckpt_dir = ckpt_dir, o.ckpt_every = ckpt_every, o.keep = keep, o.resume = resume;
     o.rollback = rollback, o.allow_data_change = allow_data_change, o.allow_config_change = allow_config_change;
+    o.allow_schedule_change = allow_schedule_change;
     o.metrics = metrics, o.log_every = log_every;
+    o.tensorboard = tensorboard;
+    o.trace = trace;
+    if (trace_steps && !trace) {
+        fsdp_usagef(&err, "train: --trace-steps says which steps --trace records: it needs --trace FILE");
+        fsdp_exit_error(&err, 0);
+    }
+    if (trace_steps && fsdp_trace_parse_steps(trace_steps, &o.trace_first, &o.trace_last, &err)) fsdp_exit_error(&err, 0);
     json_t *run_record = fsdp_json_from_args(&spec);
     if (!o.mbs_auto) json_object_set_new(run_record, "mbs", json_integer(mbs)); /* a number, as it always was */
     char *run_json = fsdp_json_text(run_record, 0, 17);

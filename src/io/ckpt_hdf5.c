@@ -2,11 +2,13 @@
  * and rank; attributes; opening a file safely; reading and range-checking the root attributes;
  * describing a dataset's storage; and the bounded collectives every checkpoint module uses. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../base/agree.h"
 #include "../base/files.h"
@@ -233,8 +235,21 @@ int ckh_read_int_attr(ckio *c, hid_t loc, const char *name, int is_unsigned, voi
 
 /* ---- opening ------------------------------------------------------------------------------------------ */
 
+/* HDF5's superblock signature, at offset 0 or 512, 1024, 2048, ... (the HDF5 file format). */
+static int has_hdf5_signature(int fd, off_t size) {
+    static const unsigned char SIG[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    for (off_t at = 0; at + 8 <= size; at = at ? 2 * at : 512) {
+        unsigned char got[8];
+        if (pread(fd, got, 8, at) != 8) return 0;
+        if (!memcmp(got, SIG, 8)) return 1;
+    }
+    return 0;
+}
+
 /* Looks at the path before HDF5 does, so that a missing, special or foreign file gets a plain
- * message, and a FIFO never blocks the open. */
+ * message, and a FIFO never blocks the open: the probe opens it through fsdp_open_regular (never
+ * blocking, refusing anything but a regular file) and reads the signature itself, where
+ * H5Fis_hdf5 would open whatever the path names. */
 static void probe_file(ckio *c, const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -242,14 +257,21 @@ static void probe_file(ckio *c, const char *path) {
             fsdp_errf(&c->err, "checkpoint %s: no such file", path);
         else
             fsdp_errf(&c->err, "checkpoint %s: %s", path, strerror(errno));
-    } else if (S_ISDIR(st.st_mode)) {
-        fsdp_errf(&c->err, "checkpoint %s is a directory, not a file", path);
-    } else if (!S_ISREG(st.st_mode)) {
-        fsdp_errf(&c->err, "checkpoint %s is %s, not a regular file", path, fsdp_file_type_name(st.st_mode));
-    } else if (H5Fis_hdf5(path) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        fsdp_errf(&c->err, "checkpoint %s is truncated or not an HDF5 file", path);
+        return;
     }
+    if (S_ISDIR(st.st_mode)) {
+        fsdp_errf(&c->err, "checkpoint %s is a directory, not a file", path);
+        return;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fsdp_errf(&c->err, "checkpoint %s is %s, not a regular file", path, fsdp_file_type_name(st.st_mode));
+        return;
+    }
+    int fd = fsdp_open_regular(path, O_RDONLY, 0, "checkpoint", &c->err);
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0 || !has_hdf5_signature(fd, st.st_size))
+        fsdp_errf(&c->err, "checkpoint %s is truncated or not an HDF5 file", path);
+    close(fd);
 }
 
 static void check_format(ckio *c, hid_t file, const char *path, int64_t *version) {

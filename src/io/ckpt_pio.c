@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../base/env.h"
+#include "../base/files.h"
 #include "../base/fault.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
@@ -275,14 +276,18 @@ static void *worker(void *arg) {
     uint64_t *sums = calloc((size_t)(p->num_slots > 0 ? p->num_slots : 1), sizeof *sums);
     /* Readers open the file each: one readahead state per sequential stream. */
     int rfd = p->fd, rdfd = p->dfd;
+    fsdp_err open_err = {0}, direct_err = {0};
     if (!p->writing) {
-        rfd = open(p->path, O_RDONLY | O_CLOEXEC);
-        rdfd = p->direct ? open(p->path, O_RDONLY | O_CLOEXEC | O_DIRECT) : -1; /* -1 where unsupported */
+        /* As regular files only (base/files.h): a FIFO swapped in for the checkpoint must not hang a
+         * reader. The O_DIRECT one may fail where unsupported: -1, and the buffered one reads. */
+        rfd = fsdp_open_regular(p->path, O_RDONLY, 0, "checkpoint", &open_err);
+        rdfd = p->direct ? fsdp_open_regular(p->path, O_RDONLY | O_DIRECT, 0, "checkpoint", &direct_err) : -1;
     }
     if (!staging || !sums) {
         fail(p, "checkpoint %s: %s on rank %d%s", "out of host memory for the transfer buffers", "");
     } else if (rfd < 0) {
-        fail_io(p, -1, "open", errno);
+        /* open_err names the file already: "%.0s" skips the path fail() passes first. */
+        fail(p, "%.0s%s on rank %d%s", open_err.msg, "");
     } else {
         long long io = 0, began = now_ns();
         for (;;) {

@@ -1,4 +1,5 @@
-/* Document readers of documents.h: buffered line reads bounded by the largest document, Jansson for JSON. */
+/* Document readers of documents.h: buffered line reads bounded by the largest document, Jansson for
+ * JSON, io/parquet.h for Parquet. */
 #include "documents.h"
 
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include "../base/files.h"
 #include "../base/utf8.h"
 #include "jsonio.h"
+#include "parquet.h"
 
 struct fsdp_docs_reader {
     char path[4096];
@@ -32,6 +34,8 @@ struct fsdp_docs_reader {
     size_t next_record;
     long documents;
     int at_end;
+    fsdp_parquet *parquet; /* parquet, or alpaca from a Parquet file */
+    uint64_t nulls;
 };
 
 int fsdp_docs_check_path(const char *path, fsdp_err *err) {
@@ -42,6 +46,23 @@ int fsdp_docs_check_path(const char *path, fsdp_err *err) {
         return fsdp_errf(err, "%s: not a regular file (a FIFO, device or socket is refused: it could block or never end)",
                          path);
     return 0;
+}
+
+static const char *const ALPACA_COLUMNS[] = {"instruction", "input", "output"};
+
+/* Parquet: --field's column, or Alpaca's three (input may be absent). */
+static fsdp_docs_reader *open_parquet(fsdp_docs_reader *r, fsdp_err *err) {
+    static const int ALPACA_OPTIONAL[] = {0, 1, 0};
+    if (r->format == FSDP_DOCS_PARQUET)
+        r->parquet = fsdp_parquet_open(r->path, &r->field, NULL, 1, " (--field)", r->max_document, err);
+    else
+        r->parquet = fsdp_parquet_open(r->path, ALPACA_COLUMNS, ALPACA_OPTIONAL, 3, " (Alpaca's records need "
+                                       "instruction and output)", r->max_document, err);
+    if (!r->parquet) {
+        fsdp_docs_close(r);
+        return NULL;
+    }
+    return r;
 }
 
 fsdp_docs_reader *fsdp_docs_open(const char *path, fsdp_docs_format format, const char *field, size_t max_document,
@@ -59,8 +80,13 @@ fsdp_docs_reader *fsdp_docs_open(const char *path, fsdp_docs_format format, cons
     fsdp_docs_reader *r = fsdp_xcalloc(1, sizeof *r, "document reader");
     snprintf(r->path, sizeof r->path, "%s", path);
     r->f = f, r->format = format, r->field = field, r->max_document = max_document;
+    char magic[4] = {0};
+    if (format == FSDP_DOCS_PARQUET || (format == FSDP_DOCS_ALPACA && fread(magic, 1, 4, f) == 4 &&
+                                        !memcmp(magic, "PAR1", 4)))
+        return open_parquet(r, err);
     if (format != FSDP_DOCS_ALPACA) return r;
     /* Alpaca: a JSON array when the first non-blank byte is '[', else JSON Lines */
+    rewind(f);
     int c;
     while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
     if (c != '[') {
@@ -97,10 +123,12 @@ void fsdp_docs_close(fsdp_docs_reader *r) {
     free(r->doc);
     json_decref(r->record);
     json_decref(r->array);
+    fsdp_parquet_close(r->parquet);
     free(r);
 }
 
-uint64_t fsdp_docs_bytes(const fsdp_docs_reader *r) { return r->bytes; }
+uint64_t fsdp_docs_bytes(const fsdp_docs_reader *r) { return r->parquet ? fsdp_parquet_bytes(r->parquet) : r->bytes; }
+uint64_t fsdp_docs_nulls(const fsdp_docs_reader *r) { return r->nulls; }
 
 static int too_big(const fsdp_docs_reader *r, long line, fsdp_err *err);
 
@@ -159,9 +187,9 @@ static int check_text(const fsdp_docs_reader *r, const char *s, size_t n, long l
 }
 
 static int too_big(const fsdp_docs_reader *r, long line, fsdp_err *err) {
-    return fsdp_errf(err, "%s: line %ld: a document of more than %.1f MiB, the most --max-memory allows for one "
+    return fsdp_errf(err, "%s: %s %ld: a document of more than %.1f MiB, the most --max-memory allows for one "
                           "document; raise --max-memory or split the document",
-                     r->path, line, (double)r->max_document / 1048576.0);
+                     r->path, r->parquet ? "row" : "line", line, (double)r->max_document / 1048576.0);
 }
 
 static void doc_append(fsdp_docs_reader *r, const char *s, size_t n) {
@@ -205,6 +233,24 @@ static int next_text(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
     return 1;
 }
 
+/* The members a record has, quoted, for the message of a missing one ("\"content\", \"url\""): a user
+ * whose records call the text something else sees at once what to pass to --field. */
+static void field_names(const json_t *rec, char *buf, size_t cap) {
+    const char *key;
+    const json_t *v;
+    size_t used = 0;
+    buf[0] = '\0';
+    json_object_foreach((json_t *)rec, key, v) {
+        int n = snprintf(buf + used, cap - used, "%s\"%s\"", used ? ", " : "", key);
+        (void)v;
+        if (n < 0 || (size_t)n >= cap - used) { /* cut: end with "..." */
+            memcpy(buf + cap - 4, "...", 4);
+            return;
+        }
+        used += (size_t)n;
+    }
+}
+
 /* A string member of a record; `required` 0 accepts absent or null as empty. */
 static int string_field(const fsdp_docs_reader *r, const json_t *rec, const char *key, int required, const char *where,
                         const char **s, size_t *n, fsdp_err *err) {
@@ -213,7 +259,13 @@ static int string_field(const fsdp_docs_reader *r, const json_t *rec, const char
         *s = "", *n = 0;
         return 0;
     }
-    if (!v) return fsdp_errf(err, "%s: %s: no field \"%s\"", r->path, where, key);
+    if (!v) {
+        char names[300];
+        field_names(rec, names, sizeof names);
+        return fsdp_errf(err, "%s: %s: no field \"%s\" (the record has %s%s)", r->path, where, key,
+                         names[0] ? names : "no fields",
+                         r->format == FSDP_DOCS_JSONL ? "; --field names the one that holds the text" : "");
+    }
     if (!json_is_string(v)) return fsdp_errf(err, "%s: %s: field \"%s\" is not a string", r->path, where, key);
     *s = json_string_value(v), *n = json_string_length(v);
     return 0;
@@ -258,15 +310,50 @@ static int next_record(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
     return rc;
 }
 
+/* A Parquet value: valid UTF-8 without NUL, or an error naming the row and column. */
+static int check_value(const fsdp_docs_reader *r, const fsdp_pq_value *v, const char *column, fsdp_err *err) {
+    size_t bad = fsdp_utf8_invalid(v->s, v->len);
+    const char *nul = memchr(v->s, 0, bad);
+    if (bad == v->len && !nul) return 0;
+    return fsdp_errf(err, "%s: row %lld, column \"%s\": %s", r->path, (long long)fsdp_parquet_row(r->parquet), column,
+                     nul ? "a NUL byte" : "invalid UTF-8");
+}
+
+/* The next row of a Parquet file with its text (Alpaca: instruction and output) not null. */
+static int next_row(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
+    fsdp_pq_value v[3];
+    int alpaca = r->format == FSDP_DOCS_ALPACA, rc;
+    while ((rc = fsdp_parquet_next(r->parquet, v, err)) > 0) {
+        if (v[0].null || (alpaca && v[2].null)) {
+            r->nulls++;
+            continue;
+        }
+        for (int i = 0; i < (alpaca ? 3 : 1); i++)
+            if (!v[i].null && check_value(r, &v[i], alpaca ? ALPACA_COLUMNS[i] : r->field, err)) return -1;
+        d->line = (long)fsdp_parquet_row(r->parquet);
+        d->text = v[0].s, d->len = v[0].len;
+        if (alpaca) {
+            d->input = v[1].s, d->input_len = v[1].len;
+            d->output = v[2].s, d->output_len = v[2].len;
+        }
+        if (d->len + d->input_len + d->output_len > r->max_document) return too_big(r, d->line, err);
+        return 1;
+    }
+    return rc;
+}
+
 int fsdp_docs_next(fsdp_docs_reader *r, fsdp_document *d, fsdp_err *err) {
     for (;;) {
         memset(d, 0, sizeof *d);
         d->input = d->output = "";
-        int rc = r->format == FSDP_DOCS_JSONL || r->format == FSDP_DOCS_ALPACA ? next_record(r, d, err)
-                                                                              : next_text(r, d, err);
+        int rc = r->parquet                                                        ? next_row(r, d, err)
+                 : r->format == FSDP_DOCS_JSONL || r->format == FSDP_DOCS_ALPACA ? next_record(r, d, err)
+                                                                                  : next_text(r, d, err);
         if (rc < 0) return -1;
         if (rc == 0) {
-            if (!r->documents) return fsdp_errf(err, "%s: no documents (an empty input)", r->path);
+            if (!r->documents)
+                return fsdp_errf(err, "%s: no documents (an empty input%s)", r->path,
+                                 r->nulls ? ", or every text null" : "");
             return 0;
         }
         /* an empty text is no document (an Alpaca record always is one: its prompt is never empty) */

@@ -18,6 +18,7 @@
 #include "../base/log.h"
 #include "ckpt_dir.h"
 #include "hf_model_dir.h"
+#include "tokenizer_export.h"
 
 #define SIBLING_MARK ".fsdp-export-"
 
@@ -37,6 +38,7 @@ struct fsdp_export_dir {
     int created;         /* OUT did not exist before this export */
     int switched, exchanged;
     int hook;
+    int tokenizer; /* the export writes the tokenizer files: OUT's are replaced, not kept */
 };
 
 /* ---- names ------------------------------------------------------------------------------------------ */
@@ -67,6 +69,18 @@ int fsdp_export_replaces(const char *name) {
     size_t n = strlen(name);
     return model_file(name, n) || (ends_with(name, n, ".tmp") && model_file(name, n - 4));
 }
+
+/* What the export replaces in OUT: the model's files, and the tokenizer's when it brings them. */
+static int replaced(const fsdp_export_dir *d, const char *name) {
+    if (fsdp_export_replaces(name)) return 1;
+    for (int i = 0; d->tokenizer && FSDP_TOKENIZER_FILES[i]; i++) {
+        size_t n = strlen(FSDP_TOKENIZER_FILES[i]);
+        if (!strncmp(name, FSDP_TOKENIZER_FILES[i], n) && (!name[n] || !strcmp(name + n, ".tmp"))) return 1;
+    }
+    return 0;
+}
+
+void fsdp_export_dir_replace_tokenizer(fsdp_export_dir *d) { d->tokenizer = 1; }
 
 int fsdp_model_dir_reads(const char *name) {
     size_t n = strlen(name);
@@ -292,7 +306,7 @@ static int drain(const fsdp_export_dir *d, const char *dir) {
             in_out = fstatat(out_fd, name, &there, AT_SYMLINK_NOFOLLOW) == 0;
             free_in_out = !in_out && errno == ENOENT;
         }
-        int ours = !is_dir && (!strcmp(name, FSDP_EXPORT_LOCK_NAME) || fsdp_export_replaces(name));
+        int ours = !is_dir && (!strcmp(name, FSDP_EXPORT_LOCK_NAME) || replaced(d, name));
         int carried = known && !is_dir && in_out && here.st_dev == there.st_dev && here.st_ino == there.st_ino;
         if (ours || carried)
             unlinkat(dirfd(dp), name, 0);
@@ -514,8 +528,7 @@ static int carry_over(const fsdp_export_dir *d, fsdp_err *err) {
     while ((e = readdir(dp)) != NULL) {
         const char *name = e->d_name;
         struct stat st;
-        if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, FSDP_EXPORT_LOCK_NAME) ||
-            fsdp_export_replaces(name))
+        if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, FSDP_EXPORT_LOCK_NAME) || replaced(d, name))
             continue;
         if (fstatat(dirfd(dp), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(st.st_mode)) continue;
         (void)linkat(dirfd(dp), name, to, name, 0); /* a failure leaves it to the move after the switch */

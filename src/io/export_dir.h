@@ -36,6 +36,9 @@ typedef struct fsdp_export_dir fsdp_export_dir;
  * current directory, or a model unless `force`, and creates the staging directory. NULL with err
  * (nothing left behind). */
 fsdp_export_dir *fsdp_export_dir_begin(const char *out, int force, fsdp_err *err);
+/* The export writes tokenizer.json, tokenizer_config.json and special_tokens_map.json: OUT's own
+ * are replaced with the model instead of kept. Before the switch. */
+void fsdp_export_dir_replace_tokenizer(fsdp_export_dir *d);
 /* Where the new files go (a directory of its own, empty at first). */
 const char *fsdp_export_dir_staging(const fsdp_export_dir *d);
 /* After every file is complete and synced in the staging directory: keeps OUT's other files, makes

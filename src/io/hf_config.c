@@ -398,7 +398,12 @@ json_t *fsdp_hf_config_json(const fsdp_model_config *c) {
     for (const fsdp_hf_field *fd = fam->fields; fd->key; fd++) {
         if (fd->flags & FSDP_HF_UNWRITTEN) continue;
         switch (fd->kind) {
-        case FSDP_HF_INT:
+        case FSDP_HF_INT: {
+            /* 0 is what a null read into a field that is not derived afterwards (sliding_window) */
+            int v = *(int *)field_at(cc, fd);
+            put(o, fd->key, v == 0 && (fd->flags & FSDP_HF_NULL_DERIVES) ? json_null() : json_integer(v));
+            break;
+        }
         case FSDP_HF_SAME_AS: put(o, fd->key, json_integer(*(int *)field_at(cc, fd))); break;
         case FSDP_HF_REAL:
         case FSDP_HF_RATE: put(o, fd->key, fsdp_json_float(*(float *)field_at(cc, fd))); break;

@@ -50,7 +50,13 @@ static char *read_whole(int fd, const char *path, size_t *len, fsdp_err *err) {
     return buf;
 }
 
-json_t *fsdp_json_load_path(const char *path, fsdp_err *err) {
+static json_t *load_path(const char *path, size_t flags, fsdp_err *err);
+json_t *fsdp_json_load_path(const char *path, fsdp_err *err) { return load_path(path, 0, err); }
+json_t *fsdp_json_load_path_reals(const char *path, fsdp_err *err) {
+    return load_path(path, JSON_DECODE_INT_AS_REAL, err);
+}
+
+static json_t *load_path(const char *path, size_t flags, fsdp_err *err) {
     /* Not json_load_file: its fopen would wait forever for the writer of a FIFO. Nor json_loadfd,
      * which reads one byte per system call (1.8 million for Llama 2's tokenizer.json). */
     int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
@@ -60,7 +66,7 @@ json_t *fsdp_json_load_path(const char *path, fsdp_err *err) {
     int close_errno = close(fd) != 0 ? errno : 0;
     if (!text) return NULL;
     json_error_t je;
-    json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES | flags, &je);
     free(text);
     if (v && close_errno) {
         json_decref(v);

@@ -16,6 +16,9 @@
 /* Parses a whole file, opened through fsdp_open_regular (a FIFO or device is refused without
  * blocking); NULL with err naming the file (and line/column) on failure. */
 json_t *fsdp_json_load_path(const char *path, fsdp_err *err);
+/* The same with every number read as a real: for files whose integers may pass Jansson's 64-bit
+ * ones (tokenizer_config.json writes "no limit" as model_max_length 1000000000000000019884624838656). */
+json_t *fsdp_json_load_path_reals(const char *path, fsdp_err *err);
 /* Parses len bytes of text; `origin` names the source in messages. Duplicate keys are refused. */
 json_t *fsdp_json_load_text(const char *text, size_t len, const char *origin, fsdp_err *err);
 

@@ -153,6 +153,25 @@ static int integer_step(const json_t *rec, int *step) {
     return 1;
 }
 
+static void copy_string(const json_t *rec, const char *key, char *dst, size_t cap) {
+    const char *v = json_string_value(json_object_get(rec, key));
+    snprintf(dst, cap, "%s", v ? v : "");
+}
+
+static void add_evaluation(fsdp_metrics_run *run, const json_t *rec) {
+    fsdp_metrics_evaluation e;
+    memset(&e, 0, sizeof e);
+    integer_step(rec, &e.step);
+    e.loss = json_is_number(json_object_get(rec, "eval_loss")) ? json_number_value(json_object_get(rec, "eval_loss")) : NAN;
+    e.ppl = json_is_number(json_object_get(rec, "eval_ppl")) ? json_number_value(json_object_get(rec, "eval_ppl")) : NAN;
+    copy_string(rec, "evaluated", e.evaluated, sizeof e.evaluated);
+    copy_string(rec, "data", e.data, sizeof e.data);
+    fsdp_metrics_evaluation *v = realloc(run->evaluations, (size_t)(run->num_evaluations + 1) * sizeof *v);
+    if (!v) fsdp_fatal("out of host memory reading a metrics file");
+    run->evaluations = v;
+    v[run->num_evaluations++] = e;
+}
+
 static int blank(const char *line) {
     for (; *line; line++)
         if (*line != ' ' && *line != '\t' && *line != '\n' && *line != '\r') return 0;
@@ -188,6 +207,12 @@ int fsdp_metrics_read(const char *path, fsdp_metrics_run *run, fsdp_err *err) {
             continue;
         }
         int step;
+        const char *kind = json_string_value(json_object_get(rec, "record"));
+        if (kind && !strcmp(kind, "evaluation")) {
+            add_evaluation(run, rec);
+            json_decref(rec);
+            continue;
+        }
         if (json_is_true(json_object_get(rec, "summary"))) {
             json_decref(summary);
             summary = rec;
@@ -210,7 +235,7 @@ int fsdp_metrics_read(const char *path, fsdp_metrics_run *run, fsdp_err *err) {
     int rc = 0;
     if (read_failed)
         rc = fsdp_errf(err, "%s: read error", path);
-    else if (run->num_records == 0)
+    else if (run->num_records == 0 && run->num_evaluations == 0)
         rc = fsdp_errf(err, "%s: no fsdp.c metrics record in it", path);
     else if (summary) {
         rc = parse_summary(summary, path, &run->summary, err);
@@ -224,5 +249,6 @@ int fsdp_metrics_read(const char *path, fsdp_metrics_run *run, fsdp_err *err) {
 void fsdp_metrics_run_free(fsdp_metrics_run *run) {
     free(run->loss);
     free(run->eval);
+    free(run->evaluations);
     memset(run, 0, sizeof *run);
 }

@@ -5,7 +5,9 @@
  * crashed run may leave a torn last line); keys this reader does not know are ignored, so newer
  * records stay readable. A run whose last summary lacks a field the report needs, or holds one of the
  * wrong type, is refused with an error naming the file and the field. A resumed run appends to its
- * file: per step the last record wins, and the last summary describes the run. */
+ * file: per step the last record wins, and the last summary describes the run. Records of `fsdp
+ * eval` ("record": "evaluation") are kept apart from the run's own: a file of them alone is an
+ * evaluation, not a run that stopped. */
 #ifndef FSDP_IO_METRICS_READ_H
 #define FSDP_IO_METRICS_READ_H
 
@@ -28,6 +30,13 @@ typedef struct {
     double max_reserved_gib;
 } fsdp_metrics_summary;
 
+/* One `fsdp eval` record: what was scored, on which data, at the checkpoint's step. */
+typedef struct {
+    int step;
+    double loss, ppl;
+    char evaluated[256], data[256]; /* "" when the record has none */
+} fsdp_metrics_evaluation;
+
 typedef struct {
     int has_summary; /* 0: the run failed or is still running */
     fsdp_metrics_summary summary;
@@ -35,7 +44,9 @@ typedef struct {
     int num_loss;
     fsdp_metrics_point *eval; /* eval_loss records (validation), ascending steps */
     int num_eval;
-    int num_records; /* lines that were metrics records */
+    int num_records; /* lines that were training metrics records (steps, validation, summaries) */
+    fsdp_metrics_evaluation *evaluations; /* `fsdp eval` records, in file order */
+    int num_evaluations;
 } fsdp_metrics_run;
 
 /* Reads `path`. Returns 0 (a file with no summary record gives has_summary = 0), or -1 with err

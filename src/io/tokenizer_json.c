@@ -108,7 +108,25 @@ static int add_normalizer(const ctx *c, const json_t *n, const char *path, fsdp_
         return 0;
     }
     fsdp_tj_normalizer x = {0};
-    if (!strcmp(type, "Prepend")) {
+    static const struct {
+        const char *name;
+        fsdp_tj_norm_kind kind;
+    } forms[] = {{"NFC", FSDP_TJ_NORM_NFC},
+                 {"NFD", FSDP_TJ_NORM_NFD},
+                 {"NFKC", FSDP_TJ_NORM_NFKC},
+                 {"NFKD", FSDP_TJ_NORM_NFKD},
+                 {"Lowercase", FSDP_TJ_NORM_LOWERCASE}};
+    int form = -1;
+    for (int i = 0; i < (int)(sizeof forms / sizeof forms[0]); i++)
+        if (!strcmp(type, forms[i].name)) form = i;
+    if (form >= 0) {
+        x.kind = forms[form].kind;
+    } else if (!strcmp(type, "Strip")) {
+        x.kind = FSDP_TJ_NORM_STRIP;
+        if (get_bool(c, n, "strip_left", path, 0, &x.strip_left) ||
+            get_bool(c, n, "strip_right", path, 0, &x.strip_right))
+            return -1;
+    } else if (!strcmp(type, "Prepend")) {
         x.kind = FSDP_TJ_NORM_PREPEND;
         if (get_string(c, n, "prepend", path, 1, &x.text)) return -1;
     } else if (!strcmp(type, "Replace")) {
@@ -143,7 +161,17 @@ static int add_pretokenizer(const ctx *c, const json_t *p, const char *path, fsd
         return 0;
     }
     fsdp_tj_pretokenizer x = {0};
-    if (!strcmp(type, "Split")) {
+    if (!strcmp(type, "Digits")) {
+        /* tokenizers splits at char::is_numeric (\p{N}), each digit Isolated or runs Contiguous: the Split
+         * of one digit, or of a run of them, kept as pieces */
+        int individual;
+        if (get_bool(c, p, "individual_digits", path, 0, &individual)) return -1;
+        x.kind = FSDP_TJ_PRE_SPLIT;
+        x.behavior = FSDP_SPLIT_ISOLATED;
+        x.regex = 1;
+        const char *re = individual ? "\\p{N}" : "\\p{N}+";
+        dup_str(re, strlen(re), &x.pattern);
+    } else if (!strcmp(type, "Split")) {
         static const char *const behaviors[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
                                                 "Contiguous"};
         x.kind = FSDP_TJ_PRE_SPLIT;
@@ -297,11 +325,14 @@ static int read_model(const ctx *c, const json_t *m, fsdp_tokenizer_spec *spec) 
     const json_t *dropout = json_object_get(m, "dropout");
     if (dropout && !json_is_null(dropout) && !(json_is_number(dropout) && json_number_value(dropout) == 0))
         return fsdp_errf(c->err, "%s: model.dropout is not supported (BPE dropout samples merges at random)", c->file);
+    /* An empty prefix or suffix changes nothing in tokenizers (Qwen's files have both); any other is
+     * glued to words fsdp.c's BPE does not mark. */
     static const char *const unsupported_strings[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         const json_t *v = json_object_get(m, unsupported_strings[i]);
-        if (v && !json_is_null(v))
-            return fsdp_errf(c->err, "%s: model.%s is not supported", c->file, unsupported_strings[i]);
+        if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
+            return fsdp_errf(c->err, "%s: model.%s %s is not supported (only null or \"\")", c->file,
+                             unsupported_strings[i], json_is_string(v) ? json_string_value(v) : "(not a string)");
     }
     if (get_string(c, m, "unk_token", "model", 0, &spec->unk_token) ||
         get_bool(c, m, "fuse_unk", "model", 0, &spec->fuse_unk) ||

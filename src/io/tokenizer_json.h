@@ -1,16 +1,18 @@
 /* Hugging Face tokenizer.json (model type BPE) -> a plain C description of the tokenizer.
  *
  * The reader checks every field it takes and refuses, with one message naming the file and the JSON
- * field path ("tokenizer.json: normalizer.normalizers[1].type 'NFKC' is not supported"), everything
+ * field path ("tokenizer.json: normalizer.normalizers[1].type 'Precompiled' is not supported"), everything
  * that src/text cannot do exactly as the `tokenizers` library does: other models (WordPiece,
  * Unigram), other normalizers, pre-tokenizers, post-processors and decoders, BPE dropout,
- * continuing-subword prefixes, truncation and padding. It builds no lookup structure: the
- * algorithms (src/text) do that from this description.
+ * continuing-subword prefixes and end-of-word suffixes other than the empty string (which change
+ * nothing), truncation and padding. It builds no lookup structure: the algorithms (src/text) do
+ * that from this description.
  *
- * Supported: normalizer Prepend, Replace, Sequence; pre-tokenizer Split, ByteLevel, Sequence;
- * model BPE (vocab, merges as "a b" strings or [a, b] pairs, unk_token, fuse_unk, byte_fallback,
- * ignore_merges); post-processor TemplateProcessing, ByteLevel, Sequence; decoder ByteLevel, Replace,
- * ByteFallback, Fuse, Strip, Sequence; added tokens with all their flags. */
+ * Supported: normalizer NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace, Sequence;
+ * pre-tokenizer Split, ByteLevel, Digits (read as the Split it is), Sequence; model BPE (vocab,
+ * merges as "a b" strings or [a, b] pairs, unk_token, fuse_unk, byte_fallback, ignore_merges);
+ * post-processor TemplateProcessing, ByteLevel, Sequence; decoder ByteLevel, Replace, ByteFallback,
+ * Fuse, Strip, Sequence; added tokens with all their flags. */
 #ifndef FSDP_IO_TOKENIZER_JSON_H
 #define FSDP_IO_TOKENIZER_JSON_H
 
@@ -25,9 +27,19 @@ typedef struct {
     size_t n;
 } fsdp_tj_str;
 
-typedef enum { FSDP_TJ_NORM_PREPEND, FSDP_TJ_NORM_REPLACE } fsdp_tj_norm_kind;
+typedef enum {
+    FSDP_TJ_NORM_PREPEND,
+    FSDP_TJ_NORM_REPLACE,
+    FSDP_TJ_NORM_NFC,
+    FSDP_TJ_NORM_NFD,
+    FSDP_TJ_NORM_NFKC,
+    FSDP_TJ_NORM_NFKD,
+    FSDP_TJ_NORM_LOWERCASE,
+    FSDP_TJ_NORM_STRIP
+} fsdp_tj_norm_kind;
 typedef struct {
     fsdp_tj_norm_kind kind;
+    int strip_left, strip_right; /* Strip */
     fsdp_tj_str text;    /* Prepend: what is prepended; Replace: the pattern */
     int regex;           /* Replace: the pattern is {"Regex": ...} rather than {"String": ...} */
     fsdp_tj_str content; /* Replace: the replacement */

@@ -46,9 +46,9 @@ static int check_v2(const unsigned char *h, uint64_t file_size, uint64_t token_b
                     fsdp_err *err) {
     const char *path = f->path;
     uint64_t docs = get_le(h + 32, 8), flags = get_le(h + 48, 4);
-    if (flags & ~(uint64_t)1)
-        return fsdp_errf(err, "%s: header flags 0x%llx hold bits this build does not know (version 2 defines bit 0)",
-                         path, (unsigned long long)flags);
+    if (flags & ~(uint64_t)3)
+        return fsdp_errf(err, "%s: header flags 0x%llx hold bits this build does not know (version 2 defines bits 0 "
+                         "and 1)", path, (unsigned long long)flags);
     if (docs == 0 && f->count > 0) return fsdp_errf(err, "%s: header says %llu tokens in 0 documents", path,
                                                      (unsigned long long)f->count);
     if (docs > f->count) return fsdp_errf(err, "%s: header says %llu documents but only %llu tokens", path,
@@ -57,6 +57,15 @@ static int check_v2(const unsigned char *h, uint64_t file_size, uint64_t token_b
     uint64_t total = FSDP_TOKENS_HEADER_BYTES + token_bytes;
     if (total > UINT64_MAX - table || total + table > UINT64_MAX - mask) return overflow(err, path, f->count, f->bytes_per_token);
     total += table + mask;
+    if ((flags & 2) && file_size < total + 4)
+        return fsdp_errf(err, "%s: header flags say a tokenizer record follows, but the file ends %s", path,
+                         file_size < total ? "before the data it describes" : "with no room for it");
+    if (flags & 2) {
+        /* the tokenizer record: its length is the file's last 4 bytes, checked when the file is opened */
+        f->tokenizer_offset = total;
+        f->tokenizer_len = file_size - total - 4;
+        total = file_size;
+    }
     if (total != file_size)
         return fsdp_errf(err, "%s: header says %llu tokens and %llu documents%s (%llu bytes in all) but the file has %llu "
                               "bytes", path, (unsigned long long)f->count, (unsigned long long)docs,
@@ -118,6 +127,22 @@ static int check_documents(const fsdp_token_file *f, fsdp_err *err) {
     return 0;
 }
 
+/* The path the tokenizer record holds, and its length in the last 4 bytes agreeing with the file. */
+static int read_tokenizer_record(int fd, fsdp_token_file *f, fsdp_err *err) {
+    unsigned char len[4];
+    uint64_t n = f->tokenizer_len;
+    if (pread_full(fd, len, 4, f->tokenizer_offset + n) != 4 || get_le(len, 4) != n || n == 0 ||
+        n >= sizeof f->tokenizer_path)
+        return fsdp_errf(err, "%s: the tokenizer record after the %s (%llu bytes) is malformed", f->path,
+                         f->has_mask ? "loss mask" : "document table", (unsigned long long)n);
+    if (pread_full(fd, f->tokenizer_path, (size_t)n, f->tokenizer_offset) != (ssize_t)n)
+        return fsdp_errf(err, "%s: cannot read the tokenizer record: %s", f->path, errno ? strerror(errno) : "short read");
+    f->tokenizer_path[n] = 0;
+    if (memchr(f->tokenizer_path, 0, (size_t)n))
+        return fsdp_errf(err, "%s: the tokenizer record holds a NUL byte", f->path);
+    return 0;
+}
+
 int fsdp_tokens_open(const char *path, fsdp_token_file *f, fsdp_err *err) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
@@ -138,6 +163,7 @@ int fsdp_tokens_open(const char *path, fsdp_token_file *f, fsdp_err *err) {
         rc = check_header(h, (uint64_t)st.st_size, f, err);
     f->fd = fd;
     if (rc == 0 && f->version == 2) rc = check_documents(f, err);
+    if (rc == 0 && f->tokenizer_offset) rc = read_tokenizer_record(fd, f, err);
     if (rc) {
         close(fd);
         f->fd = -1;

@@ -12,12 +12,16 @@
  *   version 2:
  *       32     8  number of documents D (uint64)
  *       40     8  tokenizer hash (uint64): FNV-1a 64 of the tokenizer.json's canonical JSON; 0 = unknown
- *       48     4  flags (uint32): bit 0 = a loss mask follows the documents
+ *       48     4  flags (uint32): bit 0 = a loss mask follows the documents; bit 1 = a tokenizer record ends
+ *                 the file
  *       52    12  reserved, zero
  *       64     -  the N tokens
  *   version 2, after the tokens:
  *              8(D+1)  document starts (uint64 token positions): 0, ..., N (document d is [s[d], s[d+1]))
  *              ceil(N/8)  loss mask (when flag bit 0): bit i%8 of byte i/8 set = token i counts in the loss
+ *              L + 4   tokenizer record (when flag bit 1): the absolute path of the tokenizer prepare read
+ *                      (a tokenizer.json or its directory; L bytes, no NUL), then L (uint32), so that
+ *                      `fsdp export` can find it again
  *
  * A version 1 file is one document without a mask. A file whose size disagrees with its header, or
  * whose header or document table is malformed, is rejected when it is opened; an id >= the
@@ -43,6 +47,8 @@ typedef struct {
     uint64_t tokenizer_hash; /* 0: unknown (version 1, or written without a tokenizer) */
     int has_mask;
     uint64_t documents_offset, mask_offset; /* byte offsets in the file (version 2) */
+    uint64_t tokenizer_offset, tokenizer_len; /* the tokenizer record (0, 0: none) */
+    char tokenizer_path[4096];              /* its path; "" when the file has none */
 } fsdp_token_file;
 
 int fsdp_tokens_open(const char *path, fsdp_token_file *f, fsdp_err *err);
@@ -71,6 +77,8 @@ fsdp_tokens_writer *fsdp_tokens_writer_open(const char *path, uint64_t vocab_siz
 int fsdp_tokens_writer_add(fsdp_tokens_writer *w, const uint32_t *ids, const uint8_t *mask, uint64_t n,
                            fsdp_err *err);
 uint64_t fsdp_tokens_writer_count(const fsdp_tokens_writer *w);
+/* Records the tokenizer's path (absolute) in the file (flag bit 1), before fsdp_tokens_writer_finish. */
+int fsdp_tokens_writer_set_tokenizer(fsdp_tokens_writer *w, const char *tokenizer, fsdp_err *err);
 /* Completes the file and renames it into place; always frees w. */
 int fsdp_tokens_writer_finish(fsdp_tokens_writer *w, fsdp_err *err);
 /* Removes the temporary files and frees w. */

@@ -98,6 +98,7 @@ struct fsdp_tokens_writer {
     unsigned char bits; /* mask bits of the byte being filled */
     int num_bits;
     int failed_errno;
+    char tokenizer[4096]; /* the tokenizer record's path; "" = none */
 };
 
 static int spool_open(spool *s, const char *path, const char *suffix) {
@@ -203,11 +204,24 @@ io:
 
 uint64_t fsdp_tokens_writer_count(const fsdp_tokens_writer *w) { return w->count; }
 
+int fsdp_tokens_writer_set_tokenizer(fsdp_tokens_writer *w, const char *tokenizer, fsdp_err *err) {
+    if (strlen(tokenizer) >= sizeof w->tokenizer)
+        return fsdp_errf(err, "%s: the tokenizer's path %s is too long to record", w->path, tokenizer);
+    snprintf(w->tokenizer, sizeof w->tokenizer, "%s", tokenizer);
+    return 0;
+}
+
 int fsdp_tokens_writer_finish(fsdp_tokens_writer *w, fsdp_err *err) {
     if (w->with_mask && w->num_bits && spool_put(&w->mask, &w->bits, 1)) goto io;
     if (spool_flush(&w->tokens) || spool_append(&w->tokens, &w->docs) ||
         (w->with_mask && spool_append(&w->tokens, &w->mask)))
         goto io;
+    size_t tok_len = strlen(w->tokenizer);
+    if (tok_len) { /* the tokenizer record: its path, then the path's length */
+        unsigned char len[4];
+        put_le(len, (uint64_t)tok_len, 4);
+        if (write_full(w->tokens.fd, w->tokenizer, tok_len) || write_full(w->tokens.fd, len, 4)) goto io;
+    }
     unsigned char h[FSDP_TOKENS_HEADER_BYTES] = {0};
     memcpy(h, FSDP_TOKENS_MAGIC, 8);
     put_le(h + 8, 2, 4);
@@ -216,7 +230,7 @@ int fsdp_tokens_writer_finish(fsdp_tokens_writer *w, fsdp_err *err) {
     put_le(h + 24, w->vocab, 8);
     put_le(h + 32, w->num_docs, 8);
     put_le(h + 40, w->hash, 8);
-    put_le(h + 48, (uint64_t)w->with_mask, 4);
+    put_le(h + 48, (uint64_t)w->with_mask | (tok_len ? 2u : 0u), 4);
     if (pwrite(w->tokens.fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->tokens.fd) != 0) goto io;
     if (close(w->tokens.fd) != 0) {
         w->tokens.fd = -1;

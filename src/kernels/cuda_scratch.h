@@ -41,6 +41,10 @@ static inline size_t fsdp_cuda_norm_backward_scratch(int N, int C) {
     return 2 * (size_t)fsdp_cuda_row_blocks(N) * (size_t)C * sizeof(float);
 }
 
+/* Per-head q/k RMSNorm backward (qk_norm.cu): the q and the k weight partial rows [D] of every row
+ * block of the N tokens. */
+static inline size_t fsdp_cuda_qk_norm_backward_scratch(int N, int D) { return fsdp_cuda_norm_backward_scratch(N, D); }
+
 /* Bias gradients: one partial row per row block. */
 static inline size_t fsdp_cuda_column_sum_scratch(int N, int OC) {
     if (N <= 0 || OC <= 0) return 0;
@@ -75,6 +79,9 @@ static inline int fsdp_cuda_decode_splits(int keys) {
     int s = (keys + FSDP_CUDA_DECODE_SPLIT_KEYS - 1) / FSDP_CUDA_DECODE_SPLIT_KEYS;
     return s < 1 ? 1 : s > FSDP_CUDA_DECODE_MAX_SPLITS ? FSDP_CUDA_DECODE_MAX_SPLITS : s;
 }
+
+/* Keys the longest of rows ending at position `len` - 1 reads: all of them, or the window's. */
+static inline int fsdp_cuda_decode_keys(int len, int window) { return window > 0 && window < len ? window : len; }
 
 static inline size_t fsdp_cuda_decode_scratch(int N, int keys, int Hq, int D) {
     int s = fsdp_cuda_decode_splits(keys);

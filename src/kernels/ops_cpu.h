@@ -57,6 +57,25 @@ void cpu_attention_forward(float *out, float *lse, float *probs, const float *qk
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                             const float *probs, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop);
 
+/* The same with a sliding window (window > 0: query t sees keys t - window < j <= t; 0: the plain
+ * causal attention above, which these are with window 0). */
+void cpu_attention_forward_window(float *out, float *lse, float *probs, const float *qkv, int B, int T, int Hq,
+                                  int Hkv, int D, int window, const fsdp_dropout *drop);
+void cpu_attention_backward_window(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, const float *probs, int B, int T, int Hq, int Hkv, int D,
+                                   int window, const fsdp_dropout *drop);
+
+/* Per-head RMSNorm of the q and k heads of qkv[N, (Hq + 2 Hkv) D] (Qwen3's q_norm and k_norm, before
+ * rotary): out's query head h of row n = inp's / sqrt(mean(x^2) + eps) * wq, key heads with wk; the
+ * value heads are copied. rstd[N, Hq + Hkv] saved (row n: the query heads, then the key heads). out
+ * must not alias inp. */
+void cpu_qk_norm_forward(float *out, float *rstd, const float *inp, const float *wq, const float *wk, int N, int Hq,
+                         int Hkv, int D, float eps);
+/* dinp of the q and k heads from dout and the saved inp and rstd (overwritten; the value heads'
+ * dout copied), dwq += and dwk += the weights' gradients. dinp may alias dout. */
+void cpu_qk_norm_backward(float *dinp, float *dwq, float *dwk, const float *dout, const float *inp, const float *wq,
+                          const float *wk, const float *rstd, int N, int Hq, int Hkv, int D);
+
 /* Generation over a KV cache (attention_decode.c; shapes as kv_cache_append and attention_decode in
  * src/backend/backend.h): caches [Hkv, cap, D]; query row n of qkv is position pos0 + n and attends
  * to cache positions 0 .. pos0 + n. */
@@ -64,6 +83,9 @@ void cpu_kv_cache_append(float *k_cache, float *v_cache, const float *qkv, int N
                          int D);
 void cpu_attention_decode(float *out, const float *qkv, const float *k_cache, const float *v_cache, int N, int pos0,
                           int cap, int Hq, int Hkv, int D);
+/* The same with a sliding window: row t sees cache positions t - window < j <= t (window 0: all). */
+void cpu_attention_decode_window(float *out, const float *qkv, const float *k_cache, const float *v_cache, int N,
+                                 int pos0, int cap, int Hq, int Hkv, int D, int window);
 
 /* Residual dropout on [N, C] tensors whose row n is position n % T of sample drop->sample_base +
  * n / T: out = residual + keep . x / (1 - p) (out may alias residual or x), and its backward

@@ -128,13 +128,33 @@ void fsdp_cuda_flash_forward(void *out, float *lse, const void *qkv, int B, int 
 void fsdp_cuda_flash_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                               int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop, fsdp_dtype act,
                               float *scratch, cudaStream_t s);
-/* Eager's softmax over scores[BH, T, T] (act; row t valid up to column t): probs = softmax(scale *
- * scores) with the causal mask, masked entries 0; lse[BH, T] saved. probs may alias scores. */
+/* The same with a sliding window (window > 0: query t attends keys t - window < j <= t, as
+ * cpu_attention_forward_window; 0: the causal kernels above, which are these with window 0). */
+void fsdp_cuda_flash_forward_window(void *out, float *lse, const void *qkv, int B, int T, int Hq, int Hkv, int D,
+                                    int window, const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_flash_backward_window(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
+                                     fsdp_dtype act, float *scratch, cudaStream_t s);
+/* Eager's softmax over scores[BH, T, T] (act; row t valid from column max(0, t - window + 1) to
+ * column t, window 0: from 0): probs = softmax(scale * scores) with the causal (and window) mask,
+ * masked entries 0; lse[BH, T] saved. probs may alias scores. */
 void fsdp_cuda_causal_softmax_forward(void *probs, float *lse, const void *scores, int BH, int T, float scale,
                                       fsdp_dtype act, cudaStream_t s);
-/* dscores = scale * probs * (dprobs - rowsum(dprobs * probs)); may alias dprobs. */
+void fsdp_cuda_causal_softmax_forward_window(void *probs, float *lse, const void *scores, int BH, int T, int window,
+                                             float scale, fsdp_dtype act, cudaStream_t s);
+/* dscores = scale * probs * (dprobs - rowsum(dprobs * probs)); may alias dprobs. Probabilities
+ * outside a window are 0, so the same backward serves windowed attention. */
 void fsdp_cuda_causal_softmax_backward(void *dscores, const void *dprobs, const void *probs, int BH, int T,
                                        float scale, fsdp_dtype act, cudaStream_t s);
+
+/* ---- per-head q/k RMSNorm (src/kernels/cuda/qk_norm.cu; Qwen3) ---- */
+/* What cpu_qk_norm_forward / cpu_qk_norm_backward compute (1 <= D <= 256). The backward takes
+ * fsdp_cuda_qk_norm_backward_scratch(N, D) bytes of scratch; dinp may alias dout. */
+void fsdp_cuda_qk_norm_forward(void *out, float *rstd, const void *inp, const void *wq, const void *wk, int N, int Hq,
+                               int Hkv, int D, float eps, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_qk_norm_backward(void *dinp, void *dwq, void *dwk, const void *dout, const void *inp, const void *wq,
+                                const void *wk, const float *rstd, int N, int Hq, int Hkv, int D, fsdp_dtype act,
+                                fsdp_dtype grad, float *scratch, cudaStream_t s);
 /* The same with dropout (drop must be active) on [B * Hq, T, T]: the forward also writes
  * dropped = keep . probs / (1 - p) (the P of P V); the backward takes dprobs = d(dropped), uses
  * dP = keep . dprobs / (1 - p), and writes dropped again for dV. dropped aliases nothing. */
@@ -144,6 +164,10 @@ void fsdp_cuda_causal_softmax_dropout_forward(void *probs, void *dropped, float 
 void fsdp_cuda_causal_softmax_dropout_backward(void *dscores, void *dropped, const void *dprobs, const void *probs,
                                                int B, int Hq, int T, float scale, const fsdp_dropout *drop,
                                                fsdp_dtype act, cudaStream_t s);
+/* The forward within a sliding window (window 0: the one above); the backward above serves it too. */
+void fsdp_cuda_causal_softmax_dropout_forward_window(void *probs, void *dropped, float *lse, const void *scores, int B,
+                                                     int Hq, int T, int window, float scale, const fsdp_dropout *drop,
+                                                     fsdp_dtype act, cudaStream_t s);
 
 /* ---- generation over a KV cache (src/kernels/cuda/attention_decode.cu) ---- */
 /* What cpu_kv_cache_append and cpu_attention_decode compute (caches [Hkv, cap, D]; query row n at
@@ -154,6 +178,11 @@ void fsdp_cuda_kv_cache_append(void *k_cache, void *v_cache, const void *qkv, in
                                int Hkv, int D, fsdp_dtype act, cudaStream_t s);
 void fsdp_cuda_attention_decode(void *out, const void *qkv, const void *k_cache, const void *v_cache, int N, int pos0,
                                 int cap, int Hq, int Hkv, int D, fsdp_dtype act, float *scratch, cudaStream_t s);
+/* The same with a sliding window: row n (position t = pos0 + n) attends to t - window < j <= t; the
+ * scratch is fsdp_cuda_decode_scratch(N, fsdp_cuda_decode_keys(pos0 + N, window), Hq, D). */
+void fsdp_cuda_attention_decode_window(void *out, const void *qkv, const void *k_cache, const void *v_cache, int N,
+                                       int pos0, int cap, int Hq, int Hkv, int D, int window, fsdp_dtype act,
+                                       float *scratch, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -27,8 +27,10 @@ fsdp_model_dims fsdp_model_make_dims(const fsdp_model_config *cfg, const fsdp_mo
     d.C = cfg->hidden_size, d.F = cfg->intermediate_size;
     d.Hq = cfg->num_heads, d.Hkv = cfg->num_kv_heads, d.D = cfg->head_dim;
     d.Q = d.Hq * d.D, d.QKV = (d.Hq + 2 * d.Hkv) * d.D, d.V = cfg->vocab_size, d.L = cfg->num_layers;
-    d.rms = cfg->family->norm == FSDP_NORM_RMS;
-    d.swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU;
+    const fsdp_block_kind kind = fsdp_block_kind_of(cfg);
+    d.rms = kind.rms;
+    d.swiglu = kind.swiglu;
+    d.qk_norm = kind.qk_norm;
     d.attn = s->attn;
     d.recompute = s->recompute;
     d.residual_dropout = s->dropout.hidden > 0.0f;
@@ -61,6 +63,12 @@ static void carve_layer(carver *c, const fsdp_model_dims *d, layer_acts *a, int 
     PART(all, ln1, N * C * ae);
     if (!d->rms) PART(all, ln1_mean, N * sizeof(float));
     PART(all, ln1_rstd, N * sizeof(float));
+    /* With qk_norm the product's output (q|k|v before the norm) is what the norm's backward reads;
+     * kept with the products, and the normalised, rotated q|k|v beside it. */
+    if (d->qk_norm) {
+        PART(products, qkv_in, N * d->QKV * ae);
+        PART(products, qk_rstd, N * (size_t)(d->Hq + d->Hkv) * sizeof(float));
+    }
     PART(products, qkv, N * d->QKV * ae);
     PART(products, att, N * d->Q * ae);
     PART(lse, lse, (size_t)d->B * d->Hq * d->T * sizeof(float));

@@ -81,7 +81,7 @@ static int check_sizes(const fsdp_model_config *c, const char *n, fsdp_err *err)
                              "indexes", n, matrices[i].what, matrices[i].rows, c->hidden_size, matrices[i].rows * C,
                              (double)FSDP_MAX_TENSOR_NUMEL);
     /* Every tensor a layer can have (biases and norms included): an upper bound of the count. */
-    const double per_layer = (q + 2.0 * kv) * (C + 1) + q * C + C + 3.0 * F * (C + 1) + 5.0 * C;
+    const double per_layer = (q + 2.0 * kv) * (C + 1) + q * C + C + 3.0 * F * (C + 1) + 5.0 * C + 2.0 * c->head_dim;
     const double total = c->num_layers * per_layer + 2.0 * V * C + pos * C + 2.0 * C;
     if (total > (double)FSDP_MAX_PARAMS)
         return fsdp_errf(err, "%s: %s %d, hidden_size %d and %s %d make about %.3g parameters, more than the %.3g "
@@ -110,6 +110,7 @@ int fsdp_model_config_validate(const fsdp_model_config *c, fsdp_err *err) {
         return fsdp_errf(err, "%s: num_key_value_heads %d does not divide num_attention_heads %d", n, c->num_kv_heads,
                          c->num_heads);
     if (!(c->norm_eps > 0.0f)) return fsdp_errf(err, "%s: the norm epsilon must be positive", n);
+    if (c->sliding_window < 0) return fsdp_errf(err, "%s: sliding_window must be positive (got %d)", n, c->sliding_window);
     if (!(c->initializer_range > 0.0f)) return fsdp_errf(err, "%s: initializer_range must be positive", n);
     if ((c->biases & f->biases) != f->biases || (c->biases & ~(unsigned)(FSDP_BIAS_QKV | FSDP_BIAS_O | FSDP_BIAS_MLP)))
         return fsdp_errf(err, "%s: %s models have biases that this config lacks", n, f->model_type);
@@ -159,20 +160,29 @@ static void describe_biases(unsigned biases, char *buf, size_t cap) {
 }
 
 void fsdp_model_config_describe(const fsdp_model_config *c, char *buf, int cap) {
-    char biases[64];
+    char biases[64], extra[64] = "";
     describe_biases(c->biases, biases, sizeof biases);
-    snprintf(buf, (size_t)cap, "%s, %d layers, hidden %d, %d/%d heads of %d, ffn %d, vocab %d, %s embeddings, %s",
+    if (c->family && c->family->qk_norm) snprintf(extra, sizeof extra, ", q/k norms");
+    if (c->sliding_window > 0)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", sliding window %d", c->sliding_window);
+    snprintf(buf, (size_t)cap, "%s, %d layers, hidden %d, %d/%d heads of %d, ffn %d, vocab %d, %s embeddings, %s%s",
              c->family ? c->family->model_type : "?", c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads,
-             c->head_dim, c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? "tied" : "untied", biases);
+             c->head_dim, c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? "tied" : "untied", biases,
+             extra);
 }
 
 double fsdp_model_flops_per_token(const fsdp_model_config *c, int seq) {
+    const fsdp_block_kind k = fsdp_block_kind_of(c);
     double C = c->hidden_size, F = c->intermediate_size;
     double q = (double)c->num_heads * c->head_dim, kv = (double)c->num_kv_heads * c->head_dim;
     double attn = C * q + 2.0 * C * kv + q * C;
-    double mlp = (c->family->mlp == FSDP_MLP_SWIGLU ? 3.0 : 2.0) * C * F;
+    double mlp = (k.swiglu ? 3.0 : 2.0) * C * F;
     double n = c->num_layers * (attn + mlp) + C * c->vocab_size;
-    return 6.0 * n + 6.0 * c->num_layers * C * seq;
+    /* The attention's products: q . k and p v over the keys a query sees, in the width of the
+     * query heads (hidden for Llama, Qwen2, OPT; num_heads x head_dim where head_dim is its own, as
+     * Qwen3's); a sliding window caps the keys. */
+    double keys = k.window && k.window < seq ? k.window : seq;
+    return 6.0 * n + 6.0 * c->num_layers * q * keys;
 }
 
 long long fsdp_model_num_params(const fsdp_model_config *c) {

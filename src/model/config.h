@@ -23,6 +23,7 @@ typedef struct fsdp_model_config {
     int num_kv_heads;           /* 0 before derivation: num_heads */
     int head_dim;               /* 0 before derivation: hidden_size / num_heads */
     int max_position_embeddings;
+    int sliding_window;         /* Mistral: query i attends keys i - window < j <= i; 0: no window */
     float norm_eps;
     int tie_word_embeddings;
     unsigned biases;            /* FSDP_BIAS_*: the projections that carry a bias */
@@ -82,10 +83,12 @@ int fsdp_model_config_validate(const fsdp_model_config *cfg, fsdp_err *err);
  * non-shape values such as epsilons or token ids are ignored). */
 int fsdp_model_config_same_shape(const fsdp_model_config *a, const fsdp_model_config *b);
 /* One line: "qwen2, 24 layers, hidden 896, 14/2 heads of 64, ffn 4864, vocab 151936, tied embeddings,
- * biases on q/k/v". */
+ * biases on q/k/v" (", q/k norms" for Qwen3, ", sliding window 4096" with a window). */
 void fsdp_model_config_describe(const fsdp_model_config *cfg, char *buf, int cap);
 /* FLOPs per token for training (forward+backward), the reference's formula:
- * 6 * (matrix-product parameters, LM head once) + 6 * layers * hidden * seq. */
+ * 6 * (matrix-product parameters, LM head once) + 6 * layers * hidden * seq, with the attention's
+ * width num_heads x head_dim (hidden unless head_dim is a field of its own, as Qwen3's) and seq
+ * capped by a sliding window. */
 double fsdp_model_flops_per_token(const fsdp_model_config *cfg, int seq);
 /* Total number of parameters (tied embeddings counted once, biases and norms included). */
 long long fsdp_model_num_params(const fsdp_model_config *cfg);

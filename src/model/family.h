@@ -1,11 +1,13 @@
-/* Model families as data: what makes Llama, OPT or Qwen2 what they are.
+/* Model families as data: what makes Llama, OPT, Qwen2, Qwen3 or Mistral what they are.
  *
- * A family descriptor says which norm, MLP and position scheme the decoder uses, which projections
+ * A family descriptor says which norm, MLP and position scheme the decoder uses, which pieces of its
+ * own the block carries (Qwen3's RMSNorm on q and k per head), which projections
  * always carry a bias, whether the token embedding has transformers' padding_idx, the Hugging Face
  * module names of its parameters, its presets, and how each field of its config.json is treated.
- * The parameter layout (layout.c), the forward/backward (model.c), the config.json reader and
- * writer (src/io/hf_config.c) and so the checkpoint names all come from it; no code outside
- * src/model/families/ asks which family a model is.
+ * The parameter layout (layout.c), the block (block.c, shared by training and generation), the
+ * config.json reader and writer (src/io/hf_config.c) and so the checkpoint names all come from it;
+ * no code outside src/model/families/ asks which family a model is, and what a block computes is
+ * asked of fsdp_block_kind_of (one function) rather than worked out again by each user.
  *
  * The config.json knowledge is a declarative table (fsdp_hf_field) in the family file rather than
  * code in src/io: the field names, transformers' defaults and the values fsdp.c refuses are facts
@@ -45,6 +47,8 @@ typedef enum {
     FSDP_MOD_NORM_MLP,   /* before the MLP */
     FSDP_MOD_NORM_FINAL,
     FSDP_MOD_LM_HEAD,    /* untied head only */
+    FSDP_MOD_Q_NORM,     /* RMSNorm of each query head (head_dim weights; Qwen3) */
+    FSDP_MOD_K_NORM,     /* RMSNorm of each key head */
     FSDP_MOD_COUNT
 } fsdp_module;
 
@@ -105,6 +109,7 @@ typedef struct fsdp_family {
     unsigned biases;          /* FSDP_BIAS_* that every model of the family has (Qwen2: q, k, v) */
     int padding_idx;          /* the token embedding is nn.Embedding(padding_idx=pad_token_id) */
     float norm_eps;           /* the norm's epsilon when no field sets it (OPT: nn.LayerNorm's 1e-5) */
+    int qk_norm;              /* q and k heads pass an RMSNorm of head_dim weights before RoPE (Qwen3) */
     /* Module paths without ".weight"/".bias"; "%d" stands for the layer; NULL where absent. */
     const char *modules[FSDP_MOD_COUNT];
     const fsdp_hf_field *fields; /* ends with a NULL key */
@@ -112,11 +117,23 @@ typedef struct fsdp_family {
     int num_presets;
 } fsdp_family;
 
+/* What one transformer block of a model computes, from its family and config: the one answer that
+ * the block (block.c), the arenas, the memory plans and `fsdp plan` all use. */
+typedef struct {
+    int rms;        /* RMSNorm (else LayerNorm with bias) */
+    int swiglu;     /* down(silu(gate) * up) (else fc2(relu(fc1))) */
+    int rope;       /* rotary positions (else a learned table added to the embedding) */
+    int qk_norm;    /* per-head RMSNorm of q and k before RoPE */
+    int window;     /* sliding-window attention: query i sees keys i - window < j <= i; 0: all j <= i */
+    int pos_offset; /* learned positions: table row of position 0 */
+} fsdp_block_kind;
+fsdp_block_kind fsdp_block_kind_of(const struct fsdp_model_config *cfg);
+
 /* Every family fsdp.c knows, NULL-terminated. */
 const fsdp_family *const *fsdp_families(void);
 /* The family whose model_type this is, or NULL. */
 const fsdp_family *fsdp_family_find(const char *model_type);
-/* "llama, opt, qwen2": the model_types, for messages. */
+/* "llama, opt, qwen2, qwen3, mistral": the model_types, for messages. */
 const char *fsdp_family_names(void);
 
 #endif

@@ -1,11 +1,12 @@
-/* Generation's forward with a KV cache (kv_decode.h), over the backend's ops and the block views
- * that the training forward uses (unit_params.h). */
+/* Generation's forward with a KV cache (kv_decode.h): the training's block (block.c) run over the
+ * new tokens with the cache as its attention's keys and values. */
 #include "kv_decode.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "../base/error.h"
+#include "block.h"
 #include "carver.h"
 #include "model.h"
 #include "unit_params.h"
@@ -16,7 +17,7 @@ struct fsdp_kv_decoder {
     const fsdp_layout *layout;
     fsdp_kv_shape shape;
     int C, F, Hq, Hkv, D, QKV, Q, V, L;
-    int rms, swiglu, rope, pos_offset;
+    fsdp_block_ctx blk; /* the block's shapes and kinds; rows and rotary rows set per forward */
     size_t ae;
     int length;
 
@@ -25,7 +26,8 @@ struct fsdp_kv_decoder {
     float *cos_sin;        /* [capacity, D] (RoPE) */
     void *cache;           /* per layer: k [Hkv, cap, D] then v [Hkv, cap, D] */
     void *x, *ln, *qkv, *att, *fc, *fc_act; /* [max_tokens, ...] */
-    float *mean, *rstd, *lse;
+    void *qkv_in;          /* q|k|v before qk_norm (Qwen3), else NULL */
+    float *mean, *rstd, *lse, *qk_rstd;
     void *logits;          /* [rows, V] act dtype */
     float *logits32;       /* its fp32 copy when act is bf16 (else == logits) */
 };
@@ -40,13 +42,16 @@ static void plan(carver *c, const fsdp_model_config *cfg, const fsdp_kv_shape *s
     size_t T = (size_t)s->max_tokens, C = (size_t)cfg->hidden_size, F = (size_t)cfg->intermediate_size;
     size_t D = (size_t)cfg->head_dim, Hq = (size_t)cfg->num_heads, Hkv = (size_t)cfg->num_kv_heads;
     size_t V = (size_t)cfg->vocab_size, rows = s->all_logits ? T : 1;
-    int swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU, rope = cfg->family->pos == FSDP_POS_ROPE;
+    const fsdp_block_kind kind = fsdp_block_kind_of(cfg);
+    const int swiglu = kind.swiglu, rope = kind.rope;
     int32_t *tokens = carve(c, T * sizeof(int32_t));
     float *cos_sin = rope ? carve(c, (size_t)s->capacity * D * sizeof(float)) : NULL;
     void *cache = carve(c, fsdp_kv_cache_bytes(cfg, s->capacity, ae));
     void *x = carve(c, T * C * ae), *ln = carve(c, T * C * ae);
     float *mean = carve(c, T * sizeof(float)), *rstd = carve(c, T * sizeof(float));
     void *qkv = carve(c, T * (Hq + 2 * Hkv) * D * ae), *att = carve(c, T * Hq * D * ae);
+    void *qkv_in = kind.qk_norm ? carve(c, T * (Hq + 2 * Hkv) * D * ae) : NULL;
+    float *qk_rstd = kind.qk_norm ? carve(c, T * (Hq + Hkv) * sizeof(float)) : NULL;
     float *lse = carve(c, T * Hq * sizeof(float));
     void *fc = carve(c, T * (swiglu ? 2 * F : F) * ae);
     void *fc_act = swiglu ? carve(c, T * F * ae) : fc;
@@ -55,7 +60,7 @@ static void plan(carver *c, const fsdp_model_config *cfg, const fsdp_kv_shape *s
     if (d) {
         d->tokens = tokens, d->cos_sin = cos_sin, d->cache = cache, d->x = x, d->ln = ln, d->mean = mean;
         d->rstd = rstd, d->qkv = qkv, d->att = att, d->lse = lse, d->fc = fc, d->fc_act = fc_act;
-        d->logits = logits, d->logits32 = logits32;
+        d->logits = logits, d->logits32 = logits32, d->qkv_in = qkv_in, d->qk_rstd = qk_rstd;
     }
 }
 
@@ -74,7 +79,7 @@ fsdp_kv_decoder *fsdp_kv_decoder_create(fsdp_backend *be, const fsdp_model_confi
                   shape->capacity, shape->max_tokens);
         return NULL;
     }
-    if (cfg->family->pos == FSDP_POS_LEARNED && shape->capacity > cfg->max_position_embeddings) {
+    if (!fsdp_block_kind_of(cfg).rope && shape->capacity > cfg->max_position_embeddings) {
         fsdp_usagef(err, "the prompt and the new tokens (%d positions) exceed the model's max_position_embeddings %d "
                     "(%s has learned positions)", shape->capacity, cfg->max_position_embeddings,
                     cfg->family->model_type);
@@ -88,10 +93,7 @@ fsdp_kv_decoder *fsdp_kv_decoder_create(fsdp_backend *be, const fsdp_model_confi
     d->C = cfg->hidden_size, d->F = cfg->intermediate_size, d->Hq = cfg->num_heads, d->Hkv = cfg->num_kv_heads;
     d->D = cfg->head_dim, d->Q = d->Hq * d->D, d->QKV = (d->Hq + 2 * d->Hkv) * d->D, d->V = cfg->vocab_size;
     d->L = cfg->num_layers;
-    d->rms = cfg->family->norm == FSDP_NORM_RMS;
-    d->swiglu = cfg->family->mlp == FSDP_MLP_SWIGLU;
-    d->rope = cfg->family->pos == FSDP_POS_ROPE;
-    d->pos_offset = cfg->family->pos_offset;
+    d->blk = fsdp_block_ctx_make(be, cfg);
     d->ae = be->runtime->dtype_size(be, be->act_dtype);
 
     carver c = {NULL, 0};
@@ -108,7 +110,7 @@ fsdp_kv_decoder *fsdp_kv_decoder_create(fsdp_backend *be, const fsdp_model_confi
     plan(&c, cfg, shape, d->ae, d);
     /* The attention's split scratch for the longest row, now rather than while tokens stream. */
     be->runtime->reserve_scratch(be, fsdp_device_decode_scratch(be->kind, d->Hq, d->D, shape->capacity));
-    if (d->rope) {
+    if (d->blk.kind.rope) {
         size_t bytes = (size_t)shape->capacity * d->D * sizeof(float);
         float *table = fsdp_xmalloc(bytes, "the rotary table");
         fsdp_model_rope_table(cfg, shape->capacity, table);
@@ -130,43 +132,25 @@ void fsdp_kv_decoder_reset(fsdp_kv_decoder *d) { d->length = 0; }
 
 /* ---- forward ---- */
 
-static void norm(fsdp_kv_decoder *d, void *out, const void *inp, const void *w, const void *b, int n) {
-    fsdp_backend *be = d->be;
-    if (d->rms)
-        be->ops->rmsnorm_forward(be, out, d->rstd, inp, w, n, d->C, d->cfg.norm_eps);
-    else
-        be->ops->layernorm_forward(be, out, d->mean, d->rstd, inp, w, b, n, d->C, d->cfg.norm_eps);
-}
-
 static void *layer_cache(fsdp_kv_decoder *d, int layer, int v) {
     size_t one = (size_t)d->Hkv * d->shape.capacity * d->D * d->ae;
     return (char *)d->cache + (2 * (size_t)layer + (size_t)v) * one;
 }
 
-static void block(fsdp_kv_decoder *d, int layer, const void *params, int n) {
-    fsdp_backend *be = d->be;
-    fsdp_block_params w = fsdp_block_view(d->layout, d->swiglu, layer, params, d->ae);
-    const int pos0 = d->length, cap = d->shape.capacity;
-    void *kc = layer_cache(d, layer, 0), *vc = layer_cache(d, layer, 1);
-
-    norm(d, d->ln, d->x, w.ln1w, w.ln1b, n);
-    be->ops->matmul_forward(be, d->qkv, d->ln, w.wqkv, w.bqkv, NULL, n, d->C, d->QKV, 0);
-    if (d->rope) be->ops->rope_forward(be, d->qkv, d->cos_sin + (size_t)pos0 * d->D, 1, n, d->Hq, d->Hkv, d->D);
-    be->ops->kv_cache_append(be, kc, vc, d->qkv, n, pos0, cap, d->Hq, d->Hkv, d->D);
-    if (pos0 == 0 && n > 1) /* the prefill: causal attention over the tokens themselves */
-        be->ops->attention_forward(be, FSDP_ATTN_FLASH, d->att, d->lse, NULL, d->qkv, 1, n, d->Hq, d->Hkv, d->D, NULL);
-    else
-        be->ops->attention_decode(be, d->att, d->qkv, kc, vc, n, pos0, cap, d->Hq, d->Hkv, d->D);
-    be->ops->matmul_forward(be, d->x, d->att, w.wo, w.bo, d->x, n, d->Q, d->C, 0);
-
-    norm(d, d->ln, d->x, w.ln2w, w.ln2b, n);
-    if (d->swiglu) {
-        be->ops->matmul_forward(be, d->fc, d->ln, w.w1, w.b1, NULL, n, d->C, 2 * d->F, 0);
-        be->ops->swiglu_forward(be, d->fc_act, d->fc, n, d->F);
-    } else {
-        be->ops->matmul_forward(be, d->fc, d->ln, w.w1, w.b1, NULL, n, d->C, d->F, 1);
-    }
-    be->ops->matmul_forward(be, d->x, d->fc_act, w.w2, w.b2, d->x, n, d->F, d->C, 0);
+/* The training's block over the n new rows: its attention appends their keys and values to the
+ * layer's cache and reads it. */
+static void block(fsdp_kv_decoder *d, int layer, const void *params) {
+    fsdp_block_params w = fsdp_block_view(d->layout, d->blk.kind.swiglu, layer, params, d->ae);
+    fsdp_block_acts a = {0};
+    a.res_in = a.res_mid = d->x;
+    a.ln1 = a.ln2 = d->ln;
+    a.ln1_mean = a.ln2_mean = d->mean;
+    a.ln1_rstd = a.ln2_rstd = d->rstd;
+    a.qkv_in = d->qkv_in, a.qk_rstd = d->qk_rstd, a.qkv = d->qkv;
+    a.att = d->att, a.lse = d->lse, a.fc = d->fc, a.fc_act = d->fc_act;
+    fsdp_block_attention at = {FSDP_ATTN_FLASH, NULL, layer_cache(d, layer, 0), layer_cache(d, layer, 1), d->length,
+                               d->shape.capacity};
+    fsdp_block_forward(&d->blk, &a, &w, &at, d->x);
 }
 
 int fsdp_kv_decoder_forward(fsdp_kv_decoder *d, const void *const *units, const int32_t *tokens, int n, int all,
@@ -187,8 +171,10 @@ int fsdp_kv_decoder_forward(fsdp_kv_decoder *d, const void *const *units, const 
     be->runtime->copy_h2d(be, d->tokens, tokens, (size_t)n * sizeof(int32_t), be->compute);
     const void *wte = fsdp_unit_param(l, fsdp_unit_embed(l), FSDP_MOD_EMBED_TOKENS, 0, embed, d->ae);
     const void *wpe = fsdp_unit_param(l, fsdp_unit_embed(l), FSDP_MOD_EMBED_POSITIONS, 0, embed, d->ae);
-    be->ops->embedding_forward(be, d->x, d->tokens, wte, wpe, d->pos_offset + d->length, n, n, d->C);
-    for (int i = 0; i < d->L; i++) block(d, i, units[fsdp_unit_block(l, i)], n);
+    be->ops->embedding_forward(be, d->x, d->tokens, wte, wpe, d->blk.kind.pos_offset + d->length, n, n, d->C);
+    d->blk.N = d->blk.T = n, d->blk.B = 1;
+    d->blk.cos_sin = d->cos_sin ? d->cos_sin + (size_t)d->length * d->D : NULL;
+    for (int i = 0; i < d->L; i++) block(d, i, units[fsdp_unit_block(l, i)]);
 
     int rows = all ? n : 1, first = all ? 0 : n - 1;
     int hu = fsdp_unit_head(l);
@@ -196,7 +182,9 @@ int fsdp_kv_decoder_forward(fsdp_kv_decoder *d, const void *const *units, const 
     const void *normb = fsdp_unit_param(l, hu, FSDP_MOD_NORM_FINAL, 1, head, d->ae);
     const void *w_head = d->cfg.tie_word_embeddings ? wte
                                                     : fsdp_unit_param(l, hu, FSDP_MOD_LM_HEAD, 0, head, d->ae);
-    norm(d, d->ln, (const char *)d->x + (size_t)first * d->C * d->ae, normw, normb, rows);
+    d->blk.N = rows;
+    fsdp_block_norm(&d->blk, d->ln, d->mean, d->rstd, (const char *)d->x + (size_t)first * d->C * d->ae, normw,
+                    normb);
     be->ops->matmul_forward(be, d->logits, d->ln, w_head, NULL, NULL, rows, d->C, d->V, 0);
     size_t count = (size_t)rows * d->V;
     if ((void *)d->logits32 != d->logits)

@@ -11,12 +11,14 @@
  * the key after rotary at position t.
  *
  * A forward of n tokens at positions len .. len + n - 1 (len = the tokens already run): embedding
- * (learned positions at the family's offset + position), per layer norm, q|k|v (+ biases), rotary
- * from row `len` of the table, append k and v to the cache, attention of the new queries over the
- * cache (the first call of a sequence with n > 1, the prompt's prefill, takes the training's flash
- * attention over its own tokens instead), o_proj + residual, norm, MLP + residual; then the final
- * norm and the LM head of the last token (or of every token, for tests). No dropout. Logits come
- * back to the host in fp32. */
+ * (learned positions at the family's offset + position), then per layer the training's block
+ * (src/model/block.c, the same code): norm, q|k|v (+ biases), the family's per-head q/k norms,
+ * rotary from row `len` of the table, append k and v to the cache, attention of the new queries over
+ * the cache within the family's sliding window (the first call of a sequence with n > 1, the
+ * prompt's prefill, takes the training's flash attention over its own tokens instead), o_proj +
+ * residual, norm, MLP + residual; then the final norm and the LM head of the last token (or of every
+ * token, for tests). No dropout. Logits come back to the host in fp32. The cache keeps every
+ * position even with a window (the window masks; it does not shrink the cache). */
 #ifndef FSDP_MODEL_KV_DECODE_H
 #define FSDP_MODEL_KV_DECODE_H
 

@@ -88,10 +88,9 @@ static void end_unit(builder *b) {
 }
 
 static void block(builder *b, const fsdp_model_config *c) {
-    const fsdp_family *f = b->f;
     int64_t C = c->hidden_size, F = c->intermediate_size;
     int64_t q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
-    int swiglu = f->mlp == FSDP_MLP_SWIGLU;
+    int swiglu = fsdp_block_kind_of(c).swiglu;
     add_param(b, FSDP_MOD_Q, 0, q, C);
     add_param(b, FSDP_MOD_K, 0, kv, C);
     add_param(b, FSDP_MOD_V, 0, kv, C);
@@ -110,7 +109,12 @@ static void block(builder *b, const fsdp_model_config *c) {
         add_param(b, FSDP_MOD_UP, 1, F, 0);
         add_param(b, FSDP_MOD_DOWN, 1, C, 0);
     }
-    int layer_norm = f->norm == FSDP_NORM_LAYER;
+    fsdp_block_kind k = fsdp_block_kind_of(c);
+    if (k.qk_norm) { /* one weight per element of a head, shared by the heads */
+        add_param(b, FSDP_MOD_Q_NORM, 0, c->head_dim, 0);
+        add_param(b, FSDP_MOD_K_NORM, 0, c->head_dim, 0);
+    }
+    int layer_norm = !k.rms;
     add_param(b, FSDP_MOD_NORM_ATTN, 0, C, 0);
     if (layer_norm) add_param(b, FSDP_MOD_NORM_ATTN, 1, C, 0);
     add_param(b, FSDP_MOD_NORM_MLP, 0, C, 0);
@@ -173,7 +177,8 @@ typedef struct {
 static init_rule init_rule_of(const fsdp_model_config *c, const fsdp_param_desc *p, uint64_t seed) {
     init_rule r = {.kind = INIT_CONSTANT};
     if (p->is_bias) return r;
-    if (p->module == FSDP_MOD_NORM_ATTN || p->module == FSDP_MOD_NORM_MLP || p->module == FSDP_MOD_NORM_FINAL) {
+    if (p->module == FSDP_MOD_NORM_ATTN || p->module == FSDP_MOD_NORM_MLP || p->module == FSDP_MOD_NORM_FINAL ||
+        p->module == FSDP_MOD_Q_NORM || p->module == FSDP_MOD_K_NORM) {
         r.constant = 1.0f;
         return r;
     }

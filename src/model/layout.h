@@ -14,9 +14,9 @@
  * biases one vector), gate and up one [2F, C] matrix (and their biases one vector).
  *
  * Block: q k v o [gate] up down | [q k v biases] [o bias] [gate up down biases]
- *        norm_attn.weight [.bias] norm_mlp.weight [.bias]
+ *        [q_norm k_norm] norm_attn.weight [.bias] norm_mlp.weight [.bias]
  * (Llama: no biases unless attention_bias/mlp_bias; Qwen2: q/k/v biases; OPT: every bias unless
- * enable_bias is false, LayerNorm biases.) */
+ * enable_bias is false, LayerNorm biases; Qwen3: q_norm and k_norm, head_dim weights each.) */
 #ifndef FSDP_MODEL_LAYOUT_H
 #define FSDP_MODEL_LAYOUT_H
 

@@ -1,5 +1,6 @@
-/* Forward and backward of the units over the backend's ops; what varies between families (norm,
- * MLP, positions, biases) comes from the family descriptor. */
+/* Forward and backward of the units over the backend's ops; a block's forward is block.c's (shared
+ * with generation), and what varies between families (norm, MLP, positions, biases, qk_norm, the
+ * attention window) comes from fsdp_block_kind_of. */
 #include "model.h"
 
 #include <stdlib.h>
@@ -45,8 +46,11 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
     fsdp_model_dims d = fsdp_model_make_dims(cfg, shape, m->ae);
     m->B = d.B, m->T = d.T, m->N = d.N, m->C = d.C, m->F = d.F, m->Hq = d.Hq, m->Hkv = d.Hkv, m->D = d.D;
     m->QKV = d.QKV, m->Q = d.Q, m->V = d.V, m->chunk_rows = d.chunk, m->attn = d.attn, m->recompute = d.recompute;
-    m->rms = d.rms, m->swiglu = d.swiglu, m->rope = cfg->family->pos == FSDP_POS_ROPE;
-    m->pos_offset = cfg->family->pos_offset;
+    m->blk = fsdp_block_ctx_make(be, cfg);
+    m->blk.N = d.N, m->blk.B = d.B, m->blk.T = d.T;
+    m->blk.fp8 = fsdp_fp8_recipe_of(shape->fp8);
+    m->rms = m->blk.kind.rms, m->swiglu = m->blk.kind.swiglu, m->rope = m->blk.kind.rope;
+    m->pos_offset = m->blk.kind.pos_offset;
     m->padding_idx = fsdp_model_padding_idx(cfg);
     m->rates = shape->dropout;
     m->layers = fsdp_xcalloc((size_t)cfg->num_layers, sizeof *m->layers, "layer activations");
@@ -54,6 +58,7 @@ fsdp_model *fsdp_model_create(fsdp_backend *be, const fsdp_model_config *cfg, co
     m->arena_bytes = fsdp_model_arena_walk(&d, NULL, NULL, NULL);
     m->arena = be->runtime->alloc(be, m->arena_bytes, "activations");
     fsdp_model_arena_walk(&d, m->arena, m, NULL);
+    m->blk.cos_sin = m->cos_sin;
 
     float *table = fsdp_xmalloc((size_t)d.T * d.D * sizeof(float), "the rotary table");
     fsdp_model_rope_table(cfg, d.T, table);
@@ -109,44 +114,26 @@ static block_ptrs block_view(const fsdp_model *m, int layer, const void *base, s
 
 static void norm_forward(fsdp_model *m, void *out, float *mean, float *rstd, const void *inp, const void *w,
                          const void *b) {
-    fsdp_backend *be = m->be;
-    if (m->rms)
-        be->ops->rmsnorm_forward(be, out, rstd, inp, w, m->N, m->C, m->cfg.norm_eps);
-    else
-        be->ops->layernorm_forward(be, out, mean, rstd, inp, w, b, m->N, m->C, m->cfg.norm_eps);
+    fsdp_block_norm(&m->blk, out, mean, rstd, inp, w, b);
 }
 
 static void norm_backward(fsdp_model *m, void *dinp, void *dw, void *db, const void *dout, const void *inp,
                           const void *w, const float *mean, const float *rstd) {
-    fsdp_backend *be = m->be;
-    if (m->rms)
-        be->ops->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, m->N, m->C);
-    else
-        be->ops->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, m->N, m->C);
+    fsdp_block_norm_backward(&m->blk, dinp, dw, db, dout, inp, w, mean, rstd);
 }
 
 /* res_out = residual + dropped x, then the norm of res_out (the fused backend ops). */
 static void norm_dropout_forward(fsdp_model *m, void *res_out, void *out, float *mean, float *rstd,
                                  const void *residual, const void *x, const void *w, const void *b,
                                  const fsdp_dropout *drop) {
-    fsdp_backend *be = m->be;
-    if (m->rms)
-        be->ops->rmsnorm_dropout_forward(be, res_out, out, rstd, residual, x, w, m->N, m->T, m->C, m->cfg.norm_eps,
-                                         drop);
-    else
-        be->ops->layernorm_dropout_forward(be, res_out, out, mean, rstd, residual, x, w, b, m->N, m->T, m->C,
-                                           m->cfg.norm_eps, drop);
+    fsdp_block_norm_dropout(&m->blk, res_out, out, mean, rstd, residual, x, w, b, drop);
 }
 
 /* The norm's backward (dinp +=) and then dx = the dropped dinp: the gradient of the branch. */
 static void norm_dropout_backward(fsdp_model *m, void *dinp, void *dx, void *dw, void *db, const void *dout,
                                   const void *inp, const void *w, const float *mean, const float *rstd,
                                   const fsdp_dropout *drop) {
-    fsdp_backend *be = m->be;
-    if (m->rms)
-        be->ops->rmsnorm_dropout_backward(be, dinp, dx, dw, dout, inp, w, rstd, m->N, m->T, m->C, drop);
-    else
-        be->ops->layernorm_dropout_backward(be, dinp, dx, dw, db, dout, inp, w, mean, rstd, m->N, m->T, m->C, drop);
+    fsdp_block_norm_dropout_backward(&m->blk, dinp, dx, dw, db, dout, inp, w, mean, rstd, drop);
 }
 
 static void *layer_output(fsdp_model *m, int layer) {
@@ -163,52 +150,45 @@ void fsdp_model_embed_forward(fsdp_model *m, const void *embed_params) {
     be->ops->embedding_forward(be, m->layers[0].res_in, m->tokens, wte, wpe, m->pos_offset, m->N, m->T, m->C);
 }
 
-/* A layer from its first norm's output on: q|k|v, rotary, attention, the output projection with
- * the residual add (with residual dropout: into branch, added and dropped by the post-attention
- * norm), the post-attention norm, and the MLP's first product and activation. Everything but the
- * last product: what block_backward reads, and what FULL recomputes. */
+/* The block's attention over its own micro-batch, probabilities dropped at the layer's rate. */
+static fsdp_block_attention own_attention(const fsdp_model *m, fsdp_dropout *buf, int layer) {
+    fsdp_block_attention at = {m->attn, dropout_at(m, buf, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS), NULL,
+                               NULL, 0, 0};
+    return at;
+}
+
+/* A layer from its first norm's output on (block.c's body): q|k|v, qk_norm, rotary, attention, the
+ * output projection with the residual add (with residual dropout: into branch, added and dropped by
+ * the post-attention norm), the post-attention norm, and the MLP's first product and activation.
+ * Everything but the last product: what block_backward reads, and what FULL recomputes. */
 static void layer_body(fsdp_model *m, int layer, layer_acts *a, const block_ptrs *w) {
-    fsdp_backend *be = m->be;
-    int N = m->N, C = m->C;
     fsdp_dropout d_probs, d_attn;
-    be->ops->matmul_forward(be, a->qkv, a->ln1, w->wqkv, w->bqkv, NULL, N, C, m->QKV, 0);
-    if (m->rope) be->ops->rope_forward(be, a->qkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
-    be->ops->attention_forward(be, m->attn, a->att, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
-                               dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
-    if (residual_dropping(m)) {
-        be->ops->matmul_forward(be, m->branch, a->att, w->wo, w->bo, NULL, N, m->Q, C, 0);
-        norm_dropout_forward(m, a->res_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_in, m->branch, w->ln2w, w->ln2b,
-                             dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT));
-    } else {
-        be->ops->matmul_forward(be, a->res_mid, a->att, w->wo, w->bo, a->res_in, N, m->Q, C, 0);
-        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
-    }
-    if (m->swiglu) {
-        be->ops->matmul_forward(be, a->fc, a->ln2, w->w1, w->b1, NULL, N, C, 2 * m->F, 0);
-        be->ops->swiglu_forward(be, a->fc_act, a->fc, N, m->F);
-    } else {
-        be->ops->matmul_forward(be, a->fc, a->ln2, w->w1, w->b1, NULL, N, C, m->F, 1);
-    }
+    fsdp_block_attention at = own_attention(m, &d_probs, layer);
+    const fsdp_dropout *attn_out =
+        residual_dropping(m) ? dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT) : NULL;
+    fsdp_block_body(&m->blk, a, w, &at, m->branch, attn_out);
 }
 
 void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
-    fsdp_backend *be = m->be;
     layer_acts *a = &m->layers[layer];
     block_ptrs w = block_view(m, layer, params, m->ae);
     const int dropping = residual_dropping(m);
     fsdp_dropout d_mlp;
 
-    if (dropping && layer > 0) /* completes the previous layer's output: its MLP branch, dropped */
+    if (!dropping) { /* the block as generation runs it (block.c) */
+        fsdp_dropout d_probs;
+        fsdp_block_attention at = own_attention(m, &d_probs, layer);
+        fsdp_block_forward(&m->blk, a, &w, &at, layer_output(m, layer));
+        return;
+    }
+    if (layer > 0) /* completes the previous layer's output: its MLP branch, dropped */
         norm_dropout_forward(m, a->res_in, a->ln1, a->ln1_mean, a->ln1_rstd, m->layers[layer - 1].res_mid, m->branch,
                              w.ln1w, w.ln1b, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));
     else
         norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w.ln1w, w.ln1b);
     layer_body(m, layer, a, &w);
-    /* Dropping: the next layer's input norm (or the final norm) adds the MLP output to res_mid. */
-    if (dropping)
-        be->ops->matmul_forward(be, m->branch, a->fc_act, w.w2, w.b2, NULL, m->N, m->F, m->C, 0);
-    else
-        be->ops->matmul_forward(be, layer_output(m, layer), a->fc_act, w.w2, w.b2, a->res_mid, m->N, m->F, m->C, 0);
+    /* The next layer's input norm (or the final norm) adds the MLP output to res_mid. */
+    fsdp_block_linear(&m->blk, m->branch, a->fc_act, w.w2, w.b2, NULL, m->F, m->C, 0);
 }
 
 /* ---- recomputation: what block_backward reads of a layer that the layer did not keep ---- */
@@ -229,6 +209,7 @@ static void recompute_layer(fsdp_model *m, int layer, layer_acts *a, const block
     if (m->attn == FSDP_ATTN_EAGER) {
         fsdp_dropout d_probs;
         be->ops->attention_forward(be, m->attn, m->datt, a->lse, a->probs, a->qkv, m->B, m->T, m->Hq, m->Hkv, m->D,
+                                   m->blk.kind.window,
                                    dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
     }
     norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
@@ -314,13 +295,13 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
 
     /* MLP: dres is d(layer output); the residual path passes it through unchanged. */
     if (m->swiglu) {
-        be->ops->matmul_backward(be, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, N, m->F, C);
+        fsdp_block_linear_backward(&m->blk, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C);
         be->ops->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F);
-        be->ops->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, 2 * m->F);
+        fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, 2 * m->F);
     } else {
-        be->ops->matmul_backward(be, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, N, m->F, C);
+        fsdp_block_linear_backward(&m->blk, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C);
         be->ops->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
-        be->ops->matmul_backward(be, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, N, C, m->F);
+        fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, m->F);
     }
     if (dropping)
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean,
@@ -329,12 +310,15 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
         norm_backward(m, m->dres, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean, a->ln2_rstd);
 
     /* Attention: dres is now d(res_mid). */
-    be->ops->matmul_backward(be, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, N, m->Q, C);
+    fsdp_block_linear_backward(&m->blk, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, m->Q, C);
     be->ops->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
-                                m->Hkv, m->D,
+                                m->Hkv, m->D, m->blk.kind.window,
                                 dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
     if (m->rope) be->ops->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
-    be->ops->matmul_backward(be, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, N, C, m->QKV);
+    if (m->blk.kind.qk_norm) /* through the per-head norms, in place: dqkv becomes d(q|k|v before them) */
+        be->ops->qk_norm_backward(be, m->dqkv, g.qnorm, g.knorm, m->dqkv, a->qkv_in, w.qnorm, w.knorm, a->qk_rstd, N,
+                                  m->Hq, m->Hkv, m->D);
+    fsdp_block_linear_backward(&m->blk, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, C, m->QKV);
     if (dropping && layer > 0) /* the previous layer's MLP output gets its dropped share */
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean,
                               a->ln1_rstd, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));

@@ -61,6 +61,7 @@ typedef struct {
     int head_chunk_rows; /* tokens per LM-head chunk; 0 picks a chunk of about 512 MiB of logits */
     fsdp_dropout_rates dropout; /* what training micro-batches drop (fsdp_model_dropout_rates); 0: nothing */
     fsdp_recompute recompute;   /* what a layer keeps for its backward; 0 (NONE): everything */
+    fsdp_fp8_granularity fp8;   /* the block projections' products: NONE (bf16) or an FP8 recipe's */
 } fsdp_model_shape;
 
 /* Bytes of activations and backward scratch one micro-batch needs (the arena: `total`), for memory

@@ -6,24 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "block.h"
 #include "model.h"
 
-/* Saved activations of one transformer layer (pointers into the arena). Under recomputation the
- * tensors a layer does not keep point into the one shared layer's worth (model.h). */
-typedef struct {
-    void *res_in;           /* [N,C] input of the layer (the residual stream) */
-    void *ln1;              /* [N,C] */
-    float *ln1_mean, *ln1_rstd;
-    void *qkv;              /* [N,QKV] after rotary */
-    void *att;              /* [N,Q] attention output (before o_proj) */
-    float *lse;             /* [B,Hq,T] */
-    void *probs;            /* [B,Hq,T,T], eager only */
-    void *res_mid;          /* [N,C] after the attention residual add */
-    void *ln2;
-    float *ln2_mean, *ln2_rstd;
-    void *fc;               /* SwiGLU: gate|up [N,2F]; ReLU: relu(fc1) [N,F] */
-    void *fc_act;           /* SwiGLU: its output [N,F]; ReLU: == fc */
-} layer_acts;
+/* Saved activations of one transformer layer (pointers into the arena; block.h says what each is).
+ * Under recomputation the tensors a layer does not keep point into the one shared layer's worth
+ * (model.h). */
+typedef fsdp_block_acts layer_acts;
 
 struct fsdp_model {
     fsdp_backend *be;
@@ -33,7 +22,8 @@ struct fsdp_model {
     int chunk_rows;
     fsdp_attn attn;
     fsdp_recompute recompute;
-    int rms, swiglu, rope; /* the family's norm, MLP and position kinds */
+    fsdp_block_ctx blk;    /* the block's shapes and kinds (fsdp_block_kind_of), over all N rows */
+    int rms, swiglu, rope; /* blk.kind's, for brevity */
     int pos_offset;        /* learned positions: table row of position 0 */
     int padding_idx;       /* token embedding row without input gradient, or -1 */
     size_t ae, ge; /* bytes per act / grad element */
@@ -60,7 +50,7 @@ struct fsdp_model {
 
 /* The shapes the walk needs. */
 typedef struct {
-    int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V, L, chunk, rms, swiglu;
+    int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V, L, chunk, rms, swiglu, qk_norm;
     int residual_dropout; /* branch buffers exist */
     fsdp_attn attn;
     fsdp_recompute recompute;

@@ -26,6 +26,7 @@ typedef struct {
     void *wqkv, *wo, *w1, *w2;       /* w1: gate|up (SwiGLU) or fc1 (ReLU); w2: down or fc2 */
     void *bqkv, *bo, *b1, *b2;       /* NULL where the projection has no bias */
     void *ln1w, *ln1b, *ln2w, *ln2b; /* ln*b: LayerNorm only */
+    void *qnorm, *knorm;             /* per-head q and k norm weights [head_dim] (Qwen3), else NULL */
 } fsdp_block_params;
 
 static inline fsdp_block_params fsdp_block_view(const fsdp_layout *l, int swiglu, int layer, const void *base,
@@ -46,6 +47,8 @@ static inline fsdp_block_params fsdp_block_view(const fsdp_layout *l, int swiglu
     p.ln1b = fsdp_unit_param(l, u, FSDP_MOD_NORM_ATTN, 1, base, esize);
     p.ln2w = fsdp_unit_param(l, u, FSDP_MOD_NORM_MLP, 0, base, esize);
     p.ln2b = fsdp_unit_param(l, u, FSDP_MOD_NORM_MLP, 1, base, esize);
+    p.qnorm = fsdp_unit_param(l, u, FSDP_MOD_Q_NORM, 0, base, esize);
+    p.knorm = fsdp_unit_param(l, u, FSDP_MOD_K_NORM, 0, base, esize);
     return p;
 }
 

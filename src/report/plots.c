@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +77,9 @@ static int run_gnuplot(const char *dir, const char *name, fsdp_err *err) {
 typedef struct {
     FILE *gp, *dat;
     char dir[4200], name[256];
+    /* What a rank ran on, in the labels: "GPU"/"GPUs", or "CPU rank"/"CPU ranks" for an experiment
+     * of CPU runs only (the report's tables say the same). */
+    const char *one, *many, *hours_title;
 } plot_files;
 
 static int open_plot(plot_files *f, const char *stage, const char *name, fsdp_err *err) {
@@ -150,23 +154,26 @@ static void multiplot(FILE *gp, int rows, int cols, const char *title) {
 
 /* Two bar panels over the rows of NAME.dat (columns: x, label, tokens/s/GPU, its note, GiB, its note):
  * throughput and memory, each bar annotated. */
-static void bar_panels(FILE *gp, const char *name, int n, double tps_max, double gib_max, const char *tps_title,
-                       const char *tps_note, const char *gib_title, const char *gib_note) {
+static void bar_panels(FILE *gp, const char *one, const char *name, int n, double tps_max, double gib_max,
+                       const char *tps_title, const char *tps_note, const char *gib_title, const char *gib_note) {
     fprintf(gp, "set xrange [0.4:%d.6]\nset xtics rotate by -30 left font \",10\"\nset bmargin 7\n", n);
     set_title(gp, "title", tps_title);
-    fprintf(gp, "set ylabel \"tokens/s per GPU\"\nset format y \"%%.1s%%c\"\nset yrange [0:%.6g]\n", tps_max * 1.2);
+    fprintf(gp, "set ylabel \"tokens/s per %s\"\nset format y \"%%.1s%%c\"\nset yrange [0:%.6g]\n", one, tps_max * 1.2);
     fprintf(gp, "plot \"%s.dat\" using 1:3:xtic(2) with boxes lc rgb \"%s\" notitle, \\\n"
                 "     \"\" using 1:3:(%s) with labels offset 0,0.9 font \",10\" notitle\n",
             name, BLUE, tps_note);
     set_title(gp, "title", gib_title);
-    fprintf(gp, "set ylabel \"max reserved GiB per GPU\"\nset format y \"%%g\"\nset yrange [0:%.6g]\n", gib_max * 1.2);
+    fprintf(gp, "set ylabel \"max reserved GiB per %s\"\nset format y \"%%g\"\nset yrange [0:%.6g]\n", one,
+            gib_max * 1.2);
     fprintf(gp, "plot \"%s.dat\" using 1:5:xtic(2) with boxes lc rgb \"%s\" notitle, \\\n"
                 "     \"\" using 1:5:(%s) with labels offset 0,0.9 font \",10\" notitle\n",
             name, ORANGE, gib_note);
     fputs("unset multiplot\n", gp);
 }
 
-static void plural_gpus(char *buf, size_t cap, int n) { snprintf(buf, cap, "%d GPU%s", n, n > 1 ? "s" : ""); }
+static void plural_gpus(const plot_files *f, char *buf, size_t cap, int n) {
+    snprintf(buf, cap, "%d %s", n, n > 1 ? f->many : f->one);
+}
 
 static void plot_ladder(plot_files *f, const fsdp_experiment *e, const fsdp_report_run *runs) {
     int n = e->num_rows;
@@ -180,13 +187,16 @@ static void plot_ladder(plot_files *f, const fsdp_experiment *e, const fsdp_repo
     }
     const fsdp_metrics_summary *s0 = S(runs, e, 0);
     char title[1024], gpus[32];
-    plural_gpus(gpus, sizeof gpus, s0->world_size);
+    plural_gpus(f, gpus, sizeof gpus, s0->world_size);
     snprintf(title, sizeof title, "Ladder: %s on %s, %s, sequence %d  (rungs: model precision / mixed precision / "
              "attention)", runs[e->rows[0]].model_name, gpus, s0->strategy, s0->seq);
     preamble(f->gp, f->name, 1400, 640);
     multiplot(f->gp, 1, 2, title);
-    bar_panels(f->gp, f->name, n, max_of(tps, n), max_of(gib, n), "Throughput per rung (label: speed-up over rung 1)",
-               "sprintf(\"%.2fx\", $4)", "Memory per rung (label: micro-batch per GPU)", "sprintf(\"MBS %d\", $6)");
+    char memory[96];
+    snprintf(memory, sizeof memory, "Memory per rung (label: micro-batch per %s)", f->one);
+    bar_panels(f->gp, f->one, f->name, n, max_of(tps, n), max_of(gib, n),
+               "Throughput per rung (label: speed-up over rung 1)", "sprintf(\"%.2fx\", $4)", memory,
+               "sprintf(\"MBS %d\", $6)");
     free(tps);
 }
 
@@ -202,19 +212,19 @@ static void plot_strategies(plot_files *f, const fsdp_experiment *e, const fsdp_
     }
     const fsdp_metrics_summary *s0 = S(runs, e, 0);
     char title[1024], gpus[32], rel[128];
-    plural_gpus(gpus, sizeof gpus, s0->world_size);
+    plural_gpus(f, gpus, sizeof gpus, s0->world_size);
     snprintf(title, sizeof title, "Sharding strategies: %s on %s (%d node%s), MBS %d, sequence %d, %s / %s / %s",
              runs[e->rows[0]].model_name, gpus, s0->nodes, s0->nodes > 1 ? "s" : "", s0->mbs, s0->seq,
              s0->model_precision, s0->mixed_precision, s0->attn);
     snprintf(rel, sizeof rel, "Throughput per strategy (label: relative to %s)", s0->strategy);
     preamble(f->gp, f->name, 1300, 600);
     multiplot(f->gp, 1, 2, title);
-    bar_panels(f->gp, f->name, n, max_of(tps, n), max_of(gib, n), rel, "sprintf(\"%.2fx\", $4)",
+    bar_panels(f->gp, f->one, f->name, n, max_of(tps, n), max_of(gib, n), rel, "sprintf(\"%.2fx\", $4)",
                "Memory per strategy (label: GiB)", "sprintf(\"%.3g\", $5)");
     free(tps);
 }
 
-static void gpu_xtics(FILE *gp, const fsdp_experiment *e, const fsdp_report_run *runs) {
+static void gpu_xtics(FILE *gp, const char *many, const fsdp_experiment *e, const fsdp_report_run *runs) {
     int lo = S(runs, e, 0)->world_size, hi = S(runs, e, e->num_rows - 1)->world_size;
     fprintf(gp, "set logscale x 2\nset xrange [%.6g:%.6g]\nset xtics (", lo / 1.5, hi * 1.5);
     int last = -1;
@@ -223,7 +233,7 @@ static void gpu_xtics(FILE *gp, const fsdp_experiment *e, const fsdp_report_run 
         if (w != last) fprintf(gp, "%s\"%d\" %d", last < 0 ? "" : ", ", w, w);
         last = w;
     }
-    fputs(")\nset xlabel \"GPUs\"\n", gp);
+    fprintf(gp, ")\nset xlabel \"%s\"\n", many);
 }
 
 static void plot_scaling(plot_files *f, const fsdp_experiment *e, const fsdp_report_run *runs) {
@@ -243,24 +253,24 @@ static void plot_scaling(plot_files *f, const fsdp_experiment *e, const fsdp_rep
                 total, speedup, eff, ideal);
     }
     char title[1024];
-    snprintf(title, sizeof title, "Scaling: %s, %s, MBS %d per GPU, sequence %d, %s / %s / %s",
-             runs[e->rows[0]].model_name, s0->strategy, s0->mbs, s0->seq, s0->model_precision, s0->mixed_precision,
-             s0->attn);
+    snprintf(title, sizeof title, "Scaling: %s, %s, MBS %d per %s, sequence %d, %s / %s / %s",
+             runs[e->rows[0]].model_name, s0->strategy, s0->mbs, f->one, s0->seq, s0->model_precision,
+             s0->mixed_precision, s0->attn);
     preamble(f->gp, f->name, 1650, 560);
     multiplot(f->gp, 1, 3, title);
-    gpu_xtics(f->gp, e, runs);
+    gpu_xtics(f->gp, f->many, e, runs);
     fprintf(f->gp, "set key top left\nset format y \"%%.1s%%c\"\nset title \"Total throughput\"\n"
-                   "set ylabel \"tokens/s (all GPUs)\"\nset yrange [0:%.6g]\n", top_total * 1.15);
+                   "set ylabel \"tokens/s (all %s)\"\nset yrange [0:%.6g]\n", f->many, top_total * 1.15);
     fprintf(f->gp, "plot \"%s.dat\" using 1:7 with lines dt 2 lw 2 lc rgb \"#808080\" title \"ideal (linear)\", \\\n"
                    "     \"\" using 1:4 with linespoints lw 2 pt 7 ps 1.3 lc rgb \"%s\" title \"measured\", \\\n"
                    "     \"\" using 1:4:(sprintf(\"%%.2fx\", $5)) with labels offset 0,1.2 font \",10\" notitle\n",
             f->name, BLUE);
-    fprintf(f->gp, "set title \"Throughput per GPU\"\nset ylabel \"tokens/s per GPU\"\nset yrange [0:%.6g]\n",
-            top_gpu * 1.2);
+    fprintf(f->gp, "set title \"Throughput per %s\"\nset ylabel \"tokens/s per %s\"\nset yrange [0:%.6g]\n", f->one,
+            f->one, top_gpu * 1.2);
     fprintf(f->gp, "plot \"%s.dat\" using 1:3 with linespoints lw 2 pt 7 ps 1.3 lc rgb \"%s\" notitle\n", f->name,
             GREEN);
-    fputs("set title \"Parallel efficiency (per-GPU throughput over the first point's)\"\nset ylabel \"efficiency (%)\"\n"
-          "set format y \"%g\"\nset yrange [0:115]\n", f->gp);
+    fprintf(f->gp, "set title \"Parallel efficiency (per-%s throughput over the first point's)\"\n"
+                   "set ylabel \"efficiency (%%)\"\nset format y \"%%g\"\nset yrange [0:115]\n", f->one);
     fprintf(f->gp, "plot \"%s.dat\" using 1:6 with linespoints lw 2 pt 7 ps 1.3 lc rgb \"%s\" notitle, \\\n"
                    "     \"\" using 1:6:(sprintf(\"%%.1f%%%%\", $6)) with labels offset 0,1.2 font \",10\" notitle\n",
             f->name, RED);
@@ -281,16 +291,17 @@ static void plot_cost(plot_files *f, const fsdp_experiment *e, const fsdp_report
                 gh / r->m.summary.world_size);
     }
     char title[1024], ylabel[256];
-    snprintf(title, sizeof title, "Cost of 1e9 tokens: %s, %s, MBS %d per GPU%s", runs[e->rows[0]].model_name,
-             S(runs, e, 0)->strategy, S(runs, e, 0)->mbs, priced ? "" : "  (no --gpu-hour-price: GPU-hours)");
+    snprintf(title, sizeof title, "Cost of 1e9 tokens: %s, %s, MBS %d per %s%s%s%s", runs[e->rows[0]].model_name,
+             S(runs, e, 0)->strategy, S(runs, e, 0)->mbs, f->one, priced ? "" : "  (no --gpu-hour-price: ",
+             priced ? "" : f->one, priced ? "" : "-hours)");
     if (priced)
-        snprintf(ylabel, sizeof ylabel, "cost per 1e9 tokens (%s, at %g %s per GPU-hour)", o->currency,
-                 o->gpu_hour_price, o->currency);
+        snprintf(ylabel, sizeof ylabel, "cost per 1e9 tokens (%s, at %g %s per %s-hour)", o->currency,
+                 o->gpu_hour_price, o->currency, f->one);
     else
-        snprintf(ylabel, sizeof ylabel, "GPU-hours per 1e9 tokens");
+        snprintf(ylabel, sizeof ylabel, "%s-hours per 1e9 tokens", f->one);
     preamble(f->gp, f->name, 1000, 600);
     set_title(f->gp, "title", title);
-    gpu_xtics(f->gp, e, runs);
+    gpu_xtics(f->gp, f->many, e, runs);
     set_title(f->gp, "ylabel", ylabel);
     double top_hours = 0;
     for (int i = 0; i < e->num_rows; i++) {
@@ -298,21 +309,29 @@ static void plot_cost(plot_files *f, const fsdp_experiment *e, const fsdp_report
         double h = fsdp_report_gpu_hours_per_billion(r) / r->m.summary.world_size;
         if (h > top_hours) top_hours = h;
     }
-    fprintf(f->gp, "set yrange [0:%.6g]\nset y2label \"hours to train 1e9 tokens on these GPUs\"\n"
+    fprintf(f->gp, "set yrange [0:%.6g]\nset y2label \"hours to train 1e9 tokens on these %s\"\n"
                    "set y2range [0:%.6g]\nset y2tics\nset format y2 \"%%g\"\nset key outside top center horizontal\n",
-            (top > 0 ? top : 1) * 1.25, (top_hours > 0 ? top_hours : 1) * 1.25);
+            (top > 0 ? top : 1) * 1.25, f->many, (top_hours > 0 ? top_hours : 1) * 1.25);
     fprintf(f->gp, "plot \"%s.dat\" using 1:%d with linespoints lw 2 pt 7 ps 1.3 lc rgb \"%s\" title %s, \\\n"
                    "     \"\" using 1:%d:(sprintf(\"%%.3g\", $%d)) with labels offset 0,1.2 font \",10\" notitle, \\\n"
                    "     \"\" using 1:4 axes x1y2 with linespoints dt 2 lw 2 pt 5 lc rgb \"%s\" "
                    "title \"wall-clock hours (right axis)\"\n",
-            f->name, priced ? 3 : 2, ORANGE, priced ? "\"cost (left axis)\"" : "\"GPU-hours (left axis)\"",
-            priced ? 3 : 2, priced ? 3 : 2, BLUE);
+            f->name, priced ? 3 : 2, ORANGE, priced ? "\"cost (left axis)\"" : f->hours_title, priced ? 3 : 2,
+            priced ? 3 : 2, BLUE);
+}
+
+static void set_units(plot_files *f, const fsdp_experiment *e, const fsdp_report_run *runs) {
+    int cpu = 1;
+    for (int i = 0; i < e->num_rows; i++) cpu &= !strncasecmp(S(runs, e, i)->device, "cpu", 3);
+    f->one = cpu ? "CPU rank" : "GPU", f->many = cpu ? "CPU ranks" : "GPUs";
+    f->hours_title = cpu ? "\"CPU rank-hours (left axis)\"" : "\"GPU-hours (left axis)\"";
 }
 
 int fsdp_plot_experiment(const char *stage, const fsdp_experiment *e, const fsdp_report_run *runs,
                          const fsdp_report_options *o, fsdp_err *err) {
     plot_files f;
     if (open_plot(&f, stage, e->slug, err)) return -1;
+    set_units(&f, e, runs);
     if (e->kind == FSDP_EXP_LADDER)
         plot_ladder(&f, e, runs);
     else if (e->kind == FSDP_EXP_STRATEGIES)
@@ -324,6 +343,7 @@ int fsdp_plot_experiment(const char *stage, const fsdp_experiment *e, const fsdp
     char name[300];
     snprintf(name, sizeof name, "%s-cost", e->slug);
     if (open_plot(&f, stage, name, err)) return -1;
+    set_units(&f, e, runs);
     plot_cost(&f, e, runs, o);
     return close_and_draw(&f, err);
 }

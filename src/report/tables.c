@@ -2,8 +2,10 @@
  * thousands separators (48,229), speed-ups as 27.33x, efficiencies as 85.4%. */
 #include "tables.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---- formatting ---- */
 
@@ -66,6 +68,29 @@ static void header(FILE *fp, const char *const *cols, int n) {
     fputc('\n', fp);
 }
 
+/* What a rank ran on, in the report's words: runs of the CPU backend are not GPUs (their throughput
+ * is per CPU rank, their cost in rank-hours). A report with any GPU run speaks of GPUs, the course's
+ * unit; one of CPU runs only, of ranks. */
+typedef struct {
+    const char *one, *many;  /* "GPU"/"GPUs", "CPU rank"/"CPU ranks" in sentences */
+    const char *col, *cols;  /* "GPU"/"GPUs", "rank"/"ranks" in column names */
+    char tps[32], hours[48]; /* "tokens/s/GPU", "GPU-hours per 1e9 tokens" */
+} units;
+
+static int on_cpu(const fsdp_metrics_summary *s) { return !strncasecmp(s->device, "cpu", 3); }
+
+static units units_of(const fsdp_report_content *c) {
+    int gpu = 0;
+    for (int i = 0; i < c->num_runs; i++) gpu |= c->runs[i].m.has_summary && !on_cpu(&c->runs[i].m.summary);
+    int any = 0;
+    for (int i = 0; i < c->num_runs; i++) any |= c->runs[i].m.has_summary;
+    units u = gpu || !any ? (units){"GPU", "GPUs", "GPU", "GPUs", "", ""}
+                          : (units){"CPU rank", "CPU ranks", "rank", "ranks", "", ""};
+    snprintf(u.tps, sizeof u.tps, "tokens/s/%s", u.col);
+    snprintf(u.hours, sizeof u.hours, "%s-hours per 1e9 tokens", u.col);
+    return u;
+}
+
 static const fsdp_report_run *row(const fsdp_report_content *c, const fsdp_experiment *e, int i) {
     return &c->runs[e->rows[i]];
 }
@@ -77,8 +102,9 @@ static void cost_cells(FILE *fp, const fsdp_report_content *c, const fsdp_report
     if (c->opt->gpu_hour_price > 0) cellf(fp, "%.2f", gh * c->opt->gpu_hour_price);
 }
 
-static int cost_columns(const fsdp_report_content *c, const char **cols, int n, char *price_col, size_t cap) {
-    cols[n++] = "GPU-hours per 1e9 tokens";
+static int cost_columns(const fsdp_report_content *c, const units *u, const char **cols, int n, char *price_col,
+                        size_t cap) {
+    cols[n++] = u->hours;
     if (c->opt->gpu_hour_price > 0) {
         snprintf(price_col, cap, "%s per 1e9 tokens", c->opt->currency);
         cols[n++] = price_col;
@@ -110,15 +136,16 @@ static void rung_change(const fsdp_metrics_summary *p, const fsdp_metrics_summar
 static void ladder(FILE *fp, const fsdp_report_content *c, const fsdp_experiment *e) {
     const fsdp_report_run *first = row(c, e, 0), *last = row(c, e, e->num_rows - 1);
     const fsdp_metrics_summary *s0 = &first->m.summary, *sl = &last->m.summary;
-    fprintf(fp, "## Ladder: %s on %d GPU%s\n\n", first->model_name, s0->world_size, s0->world_size > 1 ? "s" : "");
+    units u = units_of(c);
+    fprintf(fp, "## Ladder: %s on %d %s\n\n", first->model_name, s0->world_size, s0->world_size > 1 ? u.many : u.one);
     fprintf(fp, "Folder `%s`: strategy %s, sequence %d, %s. Rungs in the course's order (mixed precision, bf16 model, "
                 "flash attention, larger micro-batch); speed-up over rung 1.\n\n",
             first->group, s0->strategy, s0->seq, s0->device);
     image(fp, c, "ladder", e->slug);
     const char *cols[16] = {"rung", "change", "run", "MBS", "model precision", "mixed precision", "attention",
-                            "tokens/s/GPU", "speed-up", "max reserved GiB"};
+                            u.tps, "speed-up", "max reserved GiB"};
     char price_col[64];
-    int ncol = cost_columns(c, cols, 10, price_col, sizeof price_col);
+    int ncol = cost_columns(c, &u, cols, 10, price_col, sizeof price_col);
     header(fp, cols, ncol);
     double base = s0->tokens_per_s_per_gpu;
     for (int i = 0; i < e->num_rows; i++) {
@@ -148,8 +175,9 @@ static void ladder(FILE *fp, const fsdp_report_content *c, const fsdp_experiment
 static void strategies(FILE *fp, const fsdp_report_content *c, const fsdp_experiment *e) {
     const fsdp_report_run *first = row(c, e, 0);
     const fsdp_metrics_summary *s0 = &first->m.summary;
-    fprintf(fp, "## Sharding strategies: %s on %d GPU%s (%d node%s × %d)\n\n", first->model_name, s0->world_size,
-            s0->world_size > 1 ? "s" : "", s0->nodes, s0->nodes > 1 ? "s" : "", s0->ranks_per_node);
+    units u = units_of(c);
+    fprintf(fp, "## Sharding strategies: %s on %d %s (%d node%s × %d)\n\n", first->model_name, s0->world_size,
+            s0->world_size > 1 ? u.many : u.one, s0->nodes, s0->nodes > 1 ? "s" : "", s0->ranks_per_node);
     fprintf(fp, "Folder `%s`: micro-batch %d, sequence %d, %s model, mixed precision %s, %s attention, %s. "
                 "Throughput relative to %s.",
             first->group, s0->mbs, s0->seq, s0->model_precision, s0->mixed_precision, s0->attn, s0->device,
@@ -157,9 +185,9 @@ static void strategies(FILE *fp, const fsdp_report_content *c, const fsdp_experi
     if (s0->nodes == 1) fputs(" On one node HYBRID shards like FULL (its replica group is 1).", fp);
     fputs("\n\n", fp);
     image(fp, c, "strategies", e->slug);
-    const char *cols[16] = {"strategy", "run", "tokens/s/GPU", "total tokens/s", "relative", "max reserved GiB"};
+    const char *cols[16] = {"strategy", "run", u.tps, "total tokens/s", "relative", "max reserved GiB"};
     char price_col[64];
-    int ncol = cost_columns(c, cols, 6, price_col, sizeof price_col);
+    int ncol = cost_columns(c, &u, cols, 6, price_col, sizeof price_col);
     header(fp, cols, ncol);
     double base = s0->tokens_per_s_per_gpu;
     for (int i = 0; i < e->num_rows; i++) {
@@ -181,18 +209,19 @@ static void strategies(FILE *fp, const fsdp_report_content *c, const fsdp_experi
 static void scaling(FILE *fp, const fsdp_report_content *c, const fsdp_experiment *e) {
     const fsdp_report_run *first = row(c, e, 0);
     const fsdp_metrics_summary *s0 = &first->m.summary, *sl = &row(c, e, e->num_rows - 1)->m.summary;
-    fprintf(fp, "## Scaling: %s, %s, %d to %d GPUs\n\n", first->model_name, s0->strategy, s0->world_size,
-            sl->world_size);
-    fprintf(fp, "Folder `%s`: micro-batch %d per GPU (the global batch grows with the GPUs, as in the course), "
+    units u = units_of(c);
+    fprintf(fp, "## Scaling: %s, %s, %d to %d %s\n\n", first->model_name, s0->strategy, s0->world_size,
+            sl->world_size, u.many);
+    fprintf(fp, "Folder `%s`: micro-batch %d per %s (the global batch grows with the %s, as in the course), "
                 "sequence %d, %s model, mixed precision %s, %s attention, %s. Speed-up = total throughput over the "
-                "%d-GPU run's; efficiency = speed-up / (GPUs / %d) = per-GPU throughput over the %d-GPU run's.\n\n",
-            first->group, s0->mbs, s0->seq, s0->model_precision, s0->mixed_precision, s0->attn, s0->device,
-            s0->world_size, s0->world_size, s0->world_size);
+                "%d-%s run's; efficiency = speed-up / (%s / %d) = per-%s throughput over the %d-%s run's.\n\n",
+            first->group, s0->mbs, u.one, u.many, s0->seq, s0->model_precision, s0->mixed_precision, s0->attn,
+            s0->device, s0->world_size, u.col, u.cols, s0->world_size, u.col, s0->world_size, u.col);
     image(fp, c, "scaling", e->slug);
-    const char *cols[16] = {"GPUs", "nodes", "run", "tokens/s/GPU", "total tokens/s", "speed-up", "efficiency",
+    const char *cols[16] = {u.cols, "nodes", "run", u.tps, "total tokens/s", "speed-up", "efficiency",
                             "max reserved GiB", "global batch"};
     char price_col[64];
-    int ncol = cost_columns(c, cols, 9, price_col, sizeof price_col);
+    int ncol = cost_columns(c, &u, cols, 9, price_col, sizeof price_col);
     header(fp, cols, ncol);
     double base = s0->tokens_per_s_per_gpu;
     for (int i = 0; i < e->num_rows; i++) {
@@ -213,8 +242,8 @@ static void scaling(FILE *fp, const fsdp_report_content *c, const fsdp_experimen
         fputc('\n', fp);
     }
     double speedup = base > 0 ? sl->tokens_per_s_per_gpu * sl->world_size / (base * s0->world_size) : 0.0;
-    fprintf(fp, "\n**From %d to %d GPUs: %.2fx speed-up, %.1f%% efficiency.**\n\n", s0->world_size, sl->world_size,
-            speedup, base > 0 ? 100.0 * sl->tokens_per_s_per_gpu / base : 0.0);
+    fprintf(fp, "\n**From %d to %d %s: %.2fx speed-up, %.1f%% efficiency.**\n\n", s0->world_size, sl->world_size,
+            u.many, speedup, base > 0 ? 100.0 * sl->tokens_per_s_per_gpu / base : 0.0);
     char cost_slug[300];
     snprintf(cost_slug, sizeof cost_slug, "%s-cost", e->slug);
     image(fp, c, "cost per 1e9 tokens against GPUs", cost_slug);
@@ -237,19 +266,20 @@ static void cost(FILE *fp, const fsdp_report_content *c) {
         if (c->runs[i].m.has_summary && c->runs[i].m.summary.tokens_per_s_per_gpu > 0) order[n++] = i;
     g_content = c;
     qsort(order, (size_t)n, sizeof *order, by_gpu_hours);
+    units u = units_of(c);
     fputs("## Cost per billion tokens\n\n", fp);
-    fputs("Under linear billing a run on N GPUs for T hours costs N × T GPU-hours, and 1e9 tokens take "
-          "1e9 / (tokens/s/GPU × N) seconds, so GPU-hours per 1e9 tokens = 1e9 / (tokens/s/GPU × 3600): "
-          "cost follows per-GPU throughput, while the wall-clock time also falls with N.",
-          fp);
+    fprintf(fp, "Under linear billing a run on N %s for T hours costs N × T %s-hours, and 1e9 tokens take "
+                "1e9 / (%s × N) seconds, so %s = 1e9 / (%s × 3600): cost follows per-%s throughput, while the "
+                "wall-clock time also falls with N.",
+            u.many, u.col, u.tps, u.hours, u.tps, u.col);
     if (c->opt->gpu_hour_price > 0)
-        fprintf(fp, " Price: %g %s per GPU-hour.", c->opt->gpu_hour_price, c->opt->currency);
+        fprintf(fp, " Price: %g %s per %s-hour.", c->opt->gpu_hour_price, c->opt->currency, u.col);
     else
-        fputs(" No price given (--gpu-hour-price): GPU-hours only.", fp);
+        fprintf(fp, " No price given (--gpu-hour-price): %s-hours only.", u.col);
     fputs(" Cheapest first.\n\n", fp);
-    const char *cols[16] = {"run", "GPUs", "tokens/s/GPU"};
+    const char *cols[16] = {"run", u.cols, u.tps};
     char price_col[64];
-    int ncol = cost_columns(c, cols, 3, price_col, sizeof price_col);
+    int ncol = cost_columns(c, &u, cols, 3, price_col, sizeof price_col);
     cols[ncol++] = "hours for 1e9 tokens";
     header(fp, cols, ncol);
     for (int k = 0; k < n; k++) {
@@ -279,8 +309,11 @@ static void losses(FILE *fp, const fsdp_report_content *c) {
 
 static void runs(FILE *fp, const fsdp_report_content *c) {
     fputs("## Runs\n\n", fp);
-    const char *cols[] = {"run", "model", "GPUs", "nodes × ranks", "strategy", "MBS × accumulation", "seq",
-                          "model / mixed precision", "attention", "steps", "tokens/s/GPU", "TFLOP/s/GPU", "MFU",
+    units u = units_of(c);
+    char tflops[32];
+    snprintf(tflops, sizeof tflops, "TFLOP/s/%s", u.col);
+    const char *cols[] = {"run", "model", u.cols, "nodes × ranks", "strategy", "MBS × accumulation", "seq",
+                          "model / mixed precision", "attention", "steps", u.tps, tflops, "MFU",
                           "max reserved GiB", "last loss", "last validation loss"};
     header(fp, cols, (int)(sizeof cols / sizeof cols[0]));
     int unfinished = 0;
@@ -288,7 +321,7 @@ static void runs(FILE *fp, const fsdp_report_content *c) {
         const fsdp_report_run *r = &c->runs[i];
         const fsdp_metrics_summary *s = &r->m.summary;
         if (!r->m.has_summary) {
-            unfinished++;
+            unfinished += r->m.num_records > 0; /* a file of `fsdp eval` records alone is no run */
             continue;
         }
         char buf[128];
@@ -323,12 +356,39 @@ static void runs(FILE *fp, const fsdp_report_content *c) {
     header(fp, ucols, 3);
     for (int i = 0; i < c->num_runs; i++) {
         const fsdp_report_run *r = &c->runs[i];
-        if (r->m.has_summary) continue;
+        if (r->m.has_summary || r->m.num_records == 0) continue;
         fputs("|", fp);
         cell(fp, r->name);
         cell_int(fp, r->m.num_records);
         cellf_or_dash(fp, r->m.num_loss, "%.0f", r->m.num_loss ? r->m.loss[r->m.num_loss - 1].step : 0);
         fputc('\n', fp);
+    }
+    fputc('\n', fp);
+}
+
+/* `fsdp eval` records, wherever they were appended: what was scored, on which data. */
+static void evaluations(FILE *fp, const fsdp_report_content *c) {
+    int n = 0;
+    for (int i = 0; i < c->num_runs; i++) n += c->runs[i].m.num_evaluations;
+    if (!n) return;
+    fputs("## Evaluations\n\nRecords of `fsdp eval --metrics`: the validation loss of a model or checkpoint, one row "
+          "per evaluation.\n\n",
+          fp);
+    const char *cols[] = {"file", "evaluated", "step", "data", "eval loss", "eval ppl"};
+    header(fp, cols, (int)(sizeof cols / sizeof cols[0]));
+    for (int i = 0; i < c->num_runs; i++) {
+        const fsdp_report_run *r = &c->runs[i];
+        for (int k = 0; k < r->m.num_evaluations; k++) {
+            const fsdp_metrics_evaluation *e = &r->m.evaluations[k];
+            fputs("|", fp);
+            cell(fp, r->name);
+            cell(fp, e->evaluated[0] ? e->evaluated : "-");
+            cell_int(fp, e->step);
+            cell(fp, e->data[0] ? e->data : "-");
+            cellf_or_dash(fp, isfinite(e->loss), "%.4f", e->loss);
+            cellf_or_dash(fp, isfinite(e->ppl), "%.2f", e->ppl);
+            fputc('\n', fp);
+        }
     }
     fputc('\n', fp);
 }
@@ -339,10 +399,13 @@ void fsdp_report_write_markdown(FILE *fp, const fsdp_report_content *c) {
     fputs("# fsdp.c report\n\n", fp);
     fprintf(fp, "%d run%s read from", c->num_runs, c->num_runs == 1 ? "" : "s");
     for (int i = 0; i < c->opt->num_dirs; i++) fprintf(fp, "%s `%s`", i ? "," : "", c->opt->dirs[i]);
-    fprintf(fp, " (%d with a summary), forming %d experiment%s. Throughput is the steady state in tokens/s per GPU "
-                "(every step but the first); memory is the largest per-GPU reservation; both come from each run's "
-                "summary record (`tokens_per_s_per_gpu`, `max_reserved_gib`).\n\n",
-            with_summary, c->num_exps, c->num_exps == 1 ? "" : "s");
+    units u = units_of(c);
+    fprintf(fp, " (%d with a summary), forming %d experiment%s. Throughput is the steady state in tokens/s per %s "
+                "(every step but the first); memory is the largest per-%s reservation; both come from each run's "
+                "summary record (`tokens_per_s_per_gpu`, `max_reserved_gib`).%s\n\n",
+            with_summary, c->num_exps, c->num_exps == 1 ? "" : "s", u.one, u.col,
+            strcmp(u.col, "GPU") ? " Every run here ran on the CPU backend: a rank is an MPI process of CPU threads, "
+                                   "not a GPU." : "");
     for (int i = 0; i < c->num_exps; i++) {
         const fsdp_experiment *e = &c->exps[i];
         if (e->kind == FSDP_EXP_LADDER)
@@ -355,4 +418,5 @@ void fsdp_report_write_markdown(FILE *fp, const fsdp_report_content *c) {
     cost(fp, c);
     losses(fp, c);
     runs(fp, c);
+    evaluations(fp, c);
 }

@@ -5,7 +5,8 @@
 #include "engine_internal.h"
 
 const char *fsdp_comm_kind_name(fsdp_comm_kind k) {
-    static const char *const names[FSDP_COMM_KINDS] = {"all_gather", "reduce", "all_reduce", "other"};
+    static const char *const names[FSDP_COMM_KINDS] = {"all_gather", "reduce", "all_reduce", "other",
+                                                       "all_gather_secondary"};
     return names[k];
 }
 
@@ -45,23 +46,21 @@ static int gathers_of(const fsdp_engine *e, int u) {
 void fsdp_engine_comm_minimum(const fsdp_engine *e, fsdp_comm_bytes *out) {
     memset(out, 0, sizeof *out);
     int S = e->shard_size, R = e->replica_size;
-    fsdp_dtype gather = e->mode.quantized_gathers ? e->opts.gather_dtype : e->opts.compute_dtype;
-    fsdp_dtype reduce = e->mode.piece_reductions ? e->opts.reduce_dtype : e->opts.grad_dtype;
     for (int u = 0; u < e->num_units; u++) {
-        size_t n = (size_t)e->units[u].shard_len;
+        fsdp_unit_wire w; /* the same arithmetic as fsdp plan's (wire_bytes.c) */
+        fsdp_engine_unit_wire(&e->mode, &e->opts, e->units[u].shard_len, &w);
         if (S > 1) {
-            out->bytes[FSDP_COMM_GATHER] += (double)gathers_of(e, u) * (S - 1) * (double)engine_wire_bytes(gather, n);
-            if (!e->opts.forward_only) out->bytes[FSDP_COMM_REDUCE] += (double)(S - 1) * (double)engine_wire_bytes(reduce, n);
+            /* hpZ: the backward's gather of a unit with a secondary shard runs inside its group. */
+            int64_t m = e->units[u].secondary_len;
+            int secondary = m > 0 && e->secondary_size > 0;
+            out->bytes[FSDP_COMM_GATHER] +=
+                (double)(gathers_of(e, u) - secondary) * w.gather;
+            if (secondary)
+                out->bytes[FSDP_COMM_GATHER_SECONDARY] +=
+                    (double)(e->secondary_size - 1) * (double)engine_wire_bytes(e->opts.compute_dtype, (size_t)m);
+            out->bytes[FSDP_COMM_REDUCE] += w.reduce;
         }
-        if (R > 1 && !e->opts.forward_only) {
-            if (e->mode.nccl_replicas) {
-                out->bytes[FSDP_COMM_REPLICA] += 2.0 * (R - 1) / R * (double)engine_wire_bytes(FSDP_F32, n);
-            } else {
-                size_t c = (size_t)fsdp_replica_piece((int64_t)n, R);
-                out->bytes[FSDP_COMM_REPLICA] +=
-                    (double)(R - 1) * (double)(engine_wire_bytes(e->opts.reduce_dtype, c) + engine_wire_bytes(FSDP_BF16, c));
-            }
-        }
+        if (R > 1) out->bytes[FSDP_COMM_REPLICA] += w.replica;
     }
     sum_total(out);
 }

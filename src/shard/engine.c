@@ -55,6 +55,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         fsdp_usagef(err, "--max-live-units must be at least 1");
         return NULL;
     }
+    if (engine_check_reshard(opts, topo, err)) return NULL;
     fsdp_engine *e = fsdp_xcalloc(1, sizeof *e, "the FSDP engine");
     e->be = be;
     e->opts = *opts;
@@ -134,6 +135,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
     if (e->world_size > 1 && opts->rows_capacity > 0 && !opts->forward_only)
         engine_reserve_rows(e, opts->rows_capacity, opts->row_len);
     alloc_wire(e);
+    engine_alloc_secondary(e);
     /* The memory plans count with the same functions; this keeps them honest. */
     if (!be->oom.failures && !opts->copy_engine_gathers && !opts->copy_engine_reductions) {
         fsdp_engine_memory plan;
@@ -179,6 +181,7 @@ void fsdp_engine_destroy(fsdp_engine *e) {
     be->runtime->stream_destroy(be, e->gather_stream);
     be->runtime->stream_destroy(be, e->reduce_stream);
     free_wire(e);
+    engine_free_secondary(e);
     if (e->working != e->master) be->runtime->free(be, e->working);
     be->runtime->free(be, e->master);
     be->runtime->free(be, e->grad);

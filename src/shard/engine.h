@@ -11,6 +11,16 @@
  *   NO_SHARD       S = 1,     R = world parameters always resident; gradients all-reduced
  *   HYBRID         S = node,  R = nodes FULL inside a node, replicas across nodes
  *
+ * FULL with reshard_size N (ZeRO++'s hierarchical partitioning, hpZ; FSDP2's
+ * reshard_after_forward=N): parameters, gradients and optimizer state stay sharded over the world
+ * and the forward gathers over the world, but after a unit's forward each rank keeps a secondary
+ * copy of the unit's gathered working weights sharded over its secondary group (N ranks: the node),
+ * the 1/N slice it holds of the unit, so that the backward's gather runs inside that group and
+ * never crosses nodes. Gradients are reduce-scattered over the world as FULL does. The secondary
+ * copy is derived state (rebuilt every forward; checkpoints never see it), in the compute dtype
+ * also under quantized gathers (the backward then moves compute-dtype values inside the node), one
+ * allocation for every unit the backward gathers again (src/shard/secondary.c).
+ *
  * The engine owns parameters, gradients and the lifecycle only. State an optimizer keeps per element
  * of the shards is the optimizer's own: it allocates it from the extents the engine gives
  * (fsdp_engine_extent, fsdp_shard_view.offset) and writes the shards through the engine's update
@@ -63,6 +73,7 @@
 #include <stdint.h>
 
 #include "../backend/backend.h"
+#include "../backend/stream_marks.h"
 
 typedef enum { FSDP_FULL = 0, FSDP_SHARD_GRAD_OP = 1, FSDP_NO_SHARD = 2, FSDP_HYBRID = 3 } fsdp_strategy;
 
@@ -113,6 +124,10 @@ typedef struct {
     /* Gradient rows (fsdp_engine_add_rows) a rank adds per call, at most, and their length: their
      * buffers are made with the others (0: none expected; made at the first call if any come). */
     int rows_capacity, row_len;
+    /* hpZ (above): ranks of the secondary group, 0 = none. Only with FULL, 1 <= N < world and N
+     * dividing the world; an N equal to the node size groups the ranks of each node. Ignored by a
+     * forward-only engine, which has no backward. */
+    int reshard_size;
 } fsdp_shard_options;
 
 /* ---- memory, without a device ---- */
@@ -134,6 +149,8 @@ typedef struct {
     size_t grad_rows;                    /* every rank's gradient rows, gathered (embedding rows) */
     size_t staging;                      /* pieces of all-to-all reductions (sent, received, summed) */
     size_t quantized;                    /* quantized shards and the staging their gathers land in */
+    size_t secondary;                    /* hpZ's secondary copy (compute dtype), 0 without */
+    int secondary_size;                  /* hpZ's secondary group, 0 = none */
     int gathered_rings, gathered_slots, grad_rings, grad_slots;
     int communicators;                   /* backend communicators the engine creates */
     int all_reduce_communicators;        /* of them, the replicas' (large all-reduces) */
@@ -174,6 +191,8 @@ int fsdp_engine_shard_rank(const fsdp_engine *e);
 int fsdp_engine_shard_size(const fsdp_engine *e);
 int fsdp_engine_replica_rank(const fsdp_engine *e);
 int fsdp_engine_replica_size(const fsdp_engine *e);
+/* hpZ's secondary group size, 0 = none (src/shard/secondary.c). */
+int fsdp_engine_secondary_size(const fsdp_engine *e);
 fsdp_shard_view fsdp_engine_view(const fsdp_engine *e, int unit);
 fsdp_shard_extent fsdp_engine_extent(const fsdp_engine *e);
 
@@ -249,23 +268,59 @@ typedef enum {
     FSDP_COMM_REDUCE,  /* gradient reduce-scatters (or their all-to-alls) over the shard group */
     FSDP_COMM_REPLICA, /* gradient all-reduces over replicas */
     FSDP_COMM_OTHER,   /* gradient rows (the token embedding's, gathered) and the gradient norm's all-reduce */
+    FSDP_COMM_GATHER_SECONDARY, /* hpZ: the backward's parameter all-gathers inside the secondary group */
     FSDP_COMM_KINDS
 } fsdp_comm_kind;
 typedef struct {
     double bytes[FSDP_COMM_KINDS];
     double total;
 } fsdp_comm_bytes;
-const char *fsdp_comm_kind_name(fsdp_comm_kind k); /* "all_gather", "reduce", "all_reduce", "other" */
+/* "all_gather", "reduce", "all_reduce", "other", "all_gather_secondary" */
+const char *fsdp_comm_kind_name(fsdp_comm_kind k);
 /* Bytes sent since the last call (the trainer takes them once per step). */
 void fsdp_engine_take_comm_bytes(fsdp_engine *e, fsdp_comm_bytes *out);
 /* The least one optimizer step of this strategy sends with these dtypes: every unit gathered as
  * often as the strategy needs in one micro-batch and its gradient reduced once (the step of one
- * micro-batch, or of local accumulation), gradient rows left out. */
+ * micro-batch, or of local accumulation), gradient rows left out. With hpZ a unit the backward
+ * gathers again counts one world gather (all_gather) and one inside its secondary group
+ * (all_gather_secondary, compute dtype). */
 void fsdp_engine_comm_minimum(const fsdp_engine *e, fsdp_comm_bytes *out);
+
+/* The same bytes without an engine or a device (src/shard/wire_bytes.c), for planning a step's
+ * time (`fsdp plan --link-gbps`): what one collective of each unit sends per rank, by the arithmetic
+ * the engine counts with where it issues them (engine_wire_bytes, fsdp_replica_piece), and how the
+ * engine's mode accumulates. fsdp_engine_comm_minimum sums these. */
+typedef struct {
+    double gather;       /* one all-gather of the unit's parameters over the shard group (0 when S = 1) */
+    double reduce;       /* one reduction of its gradient over the shard group (0 when S = 1) */
+    double replica;      /* one all-reduce over replicas of a micro-batch's reduced gradient (R > 1) */
+    double replica_step; /* the all-reduce of its gradient shard over replicas once per step (deferred) */
+} fsdp_unit_wire;
+typedef struct {
+    int shard_size, replica_size;
+    int hold_params;    /* SHARD_GRAD_OP gathers once per step and keeps the units (local accumulation) */
+    int hold_grads;     /* reductions over the shard group only in a step's last micro-batch */
+    int defer_replicas; /* replicas all-reduced once per step, on the shards */
+    double norm;        /* the gradient norm's all-reduce, once per step */
+    int num_units;
+    fsdp_unit_wire *units; /* malloc'ed; fsdp_wire_plan_free */
+} fsdp_wire_plan;
+void fsdp_engine_wire_plan(const fsdp_unit_spec *units, int num_units, const fsdp_shard_options *opts, int world,
+                           int node_size, fsdp_wire_plan *out);
+void fsdp_wire_plan_free(fsdp_wire_plan *w);
+/* Bytes an all-gather of `count` elements of t per rank sends to each other rank (a blockwise dtype:
+ * its codes and scales). */
+double fsdp_wire_piece_bytes(fsdp_dtype t, size_t count);
 
 /* Milliseconds the compute stream waited for communication since the last call (measured with
  * timing events; waits for them, so call it after the step's backward and before the update of
  * the shards starts the next step's gathers). */
 double fsdp_engine_take_comm_wait_ms(fsdp_engine *e);
+
+/* --trace (src/shard/trace_hooks.c): from now on every gather and reduction is also a span of `marks`
+ * (src/backend/stream_marks.h) on the gather or reduce track, named with unit_names[u] ("gather B3",
+ * "reduce-scatter B3") and carrying the bytes it sent, and every measured wait a span on the wait
+ * track. unit_names stays the caller's and must outlive the engine's use of it; NULL marks: off. */
+void fsdp_engine_set_trace(fsdp_engine *e, fsdp_stream_marks *marks, const char *const *unit_names);
 
 #endif

@@ -3,10 +3,11 @@
  * groups and communicators; rings.c the slot rings; wire_plan.c the mode and the wire's buffers;
  * lifecycle.c the unit lifecycle and the step; reduce.c the reductions of a unit's gradients;
  * grad_rows.c gradient rows; comm_bytes.c what the collectives send; wait_timing.c the measured
- * communication waits. */
+ * communication waits; secondary.c hpZ's secondary copy. */
 #ifndef FSDP_SHARD_ENGINE_INTERNAL_H
 #define FSDP_SHARD_ENGINE_INTERNAL_H
 
+#include "../base/trace.h"
 #include "engine.h"
 #include "engine_plan.h"
 
@@ -25,6 +26,8 @@ typedef struct {
     int param_ring, param_slot;                            /* gathered copy, or slot -1 */
     int gather_event;                                      /* pool index of its pending gather, or -1 */
     int grad_ring, grad_slot;
+    int64_t secondary_len, secondary_offset; /* hpZ: its secondary shard (0: none) and where it lies */
+    int secondary_ready;                     /* kept by its forward, not yet gathered for its backward */
 } unit_state;
 
 struct fsdp_engine {
@@ -59,6 +62,9 @@ struct fsdp_engine {
     int pool_used, pool_cap;
     int *wait_pairs; /* (begin, end, what) per wait: pool indices; the unit gathered, or -1: reductions */
     int num_wait_pairs, wait_pairs_cap;
+    /* --trace (trace_hooks.c): spans of collectives and waits, NULL when off. */
+    fsdp_stream_marks *marks;
+    const char *const *unit_names;
 
     /* Gradient rows (fsdp_engine_add_rows): every rank's rows gathered over the world. */
     int world_size;
@@ -79,6 +85,15 @@ struct fsdp_engine {
     void *qshards, *gather_staging;
     size_t *qoffset;
 
+    /* hpZ (secondary.c): the secondary group, its communicator (used on the gather stream), the
+     * secondary copy of every unit that has one, and the event recorded on compute after the last
+     * slice was kept. */
+    int secondary_size, secondary_rank;
+    MPI_Comm secondary_mpi;
+    fsdp_comm *secondary_comm;
+    void *secondary;
+    fsdp_event *secondary_written;
+
     fsdp_comm_bytes sent; /* since fsdp_engine_take_comm_bytes */
 
     /* Gradient shards are written, not zeroed and added to, by the first reduction of each unit in
@@ -98,6 +113,25 @@ struct fsdp_engine {
 void engine_open_groups(fsdp_engine *e, MPI_Comm world, const fsdp_topology *topo);
 /* After the memory that alloc_shared gave for them was freed. */
 void engine_close_groups(fsdp_engine *e);
+
+/* ---- hpZ's secondary copy (secondary.c) ---- */
+
+/* A reshard_size the engine cannot take: a usage error (0 = fine, or none asked for). */
+int engine_check_reshard(const fsdp_shard_options *o, const fsdp_topology *topo, fsdp_err *err);
+/* The secondary group and its communicator, after the shard group is split (collective over world;
+ * nothing without hpZ). */
+void engine_open_secondary(fsdp_engine *e, MPI_Comm world, const fsdp_topology *topo);
+void engine_close_secondary(fsdp_engine *e);
+/* The secondary copy and each unit's place in it (the units' sizes known); and its release. */
+void engine_alloc_secondary(fsdp_engine *e);
+void engine_free_secondary(fsdp_engine *e);
+/* After unit u's forward, before its slot is released: keeps this rank's slice of the gathered unit
+ * (compute stream). No-op for a unit without a secondary shard. */
+void engine_keep_secondary(fsdp_engine *e, int u);
+/* Gathers unit u, whose slice was kept, from its secondary group into dst on the gather stream. */
+void engine_gather_secondary(fsdp_engine *e, int u, void *dst);
+/* Forgets every kept slice (a new micro-batch gathers over the world first). */
+void engine_reset_secondary(fsdp_engine *e);
 
 /* ---- slot rings (rings.c) ---- */
 
@@ -135,14 +169,39 @@ void engine_count_pieces(fsdp_engine *e, fsdp_comm_kind k, int ranks, size_t pie
 void engine_count_all_reduce(fsdp_engine *e, fsdp_comm_kind k, int ranks, size_t bytes);
 /* A piece of `count` elements of t as the wire counts it: the dtype's own bytes. */
 size_t engine_wire_bytes(fsdp_dtype t, size_t count);
+/* What one collective of a unit whose shard has shard_len elements sends (engine.h: fsdp_unit_wire),
+ * under mode m (wire_bytes.c); fsdp_engine_comm_minimum and fsdp plan both count with it. */
+void fsdp_engine_unit_wire(const fsdp_engine_mode *m, const fsdp_shard_options *o, int64_t shard_len,
+                           fsdp_unit_wire *w);
+
+/* ---- spans of --trace (trace_hooks.c) ---- */
+
+/* A span being made: its first mark and what had been sent when it began. */
+typedef struct {
+    int mark;
+    double sent;
+} engine_span;
+/* Marks the start of a span on stream s (nothing when not tracing). */
+engine_span engine_span_begin(fsdp_engine *e, fsdp_stream *s);
+/* Ends it on s: a span on `track` named "<what> <unit name>" carrying the bytes sent since its begin
+ * (dtype: what went on the wire). */
+void engine_span_end(fsdp_engine *e, engine_span b, fsdp_stream *s, int track, const char *what, int u,
+                     fsdp_dtype dtype);
+/* A measured wait as a span (wait_timing.c): compute stalled from `begin` to `ready`; `what` as the
+ * wait pairs say (a unit's gather, the reductions, a unit's gradient buffer). */
+void engine_trace_wait(fsdp_engine *e, fsdp_event *begin, fsdp_event *ready, int what);
 
 /* ---- wait timing (wait_timing.c) ---- */
 
 /* A timing event of the pool; *index gets its pool index. */
 fsdp_event *engine_timing_event(fsdp_engine *e, int *index);
 /* Makes compute wait for `ready` (a pool event) and remembers the pair to measure the stall; `what`:
- * the unit gathered, or -1 for the reductions. */
+ * the unit gathered, or -1 for the reductions (-2 - u: unit u's gradient buffer, engine_compute_waits_for). */
 void engine_compute_waits(fsdp_engine *e, int ready_index, int what);
+/* Makes compute wait for `ready` (any event: it may be recorded again before the step's waits are
+ * read) to reuse unit u's gradient buffer, still being reduced; measured by two pool events on the
+ * compute stream around the wait. */
+void engine_compute_waits_for(fsdp_engine *e, fsdp_event *ready, int u);
 /* Destroys the pool's events. */
 void engine_free_timing(fsdp_engine *e);
 

@@ -72,9 +72,16 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
         if (staging[i]) take(out, &out->staging, kind, staging[i]);
     if (w.quantized_shards) take(out, &out->quantized, kind, w.quantized_shards);
     if (w.gather_staging) take(out, &out->quantized, kind, w.gather_staging);
+    /* hpZ: the secondary copy of every unit the backward gathers again (src/shard/secondary.c). */
+    out->secondary_size = mode.secondary_size;
+    int64_t *secondary_len = fsdp_xmalloc((size_t)num_units * sizeof(int64_t), "unit sizes");
+    int64_t secondary = fsdp_plan_secondary(&mode, opts, padded, num_units, secondary_len);
+    if (secondary > 0) take(out, &out->secondary, kind, (size_t)secondary * ce);
+    free(secondary_len);
 
     if (training) {
-        out->communicators = (S > 1 ? 3 : 0) + (R > 1 ? 1 : 0) + (world > 1 && S != world && R != world ? 1 : 0);
+        out->communicators = (S > 1 ? 3 : 0) + (R > 1 ? 1 : 0) + (world > 1 && S != world && R != world ? 1 : 0) +
+                             (mode.secondary_size ? 1 : 0);
         out->all_reduce_communicators = R > 1 ? 1 : 0;
     } else {
         out->communicators = S > 1 ? 1 : 0; /* the gathers' */

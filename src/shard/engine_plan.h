@@ -42,8 +42,16 @@ typedef struct {
     int nccl_replicas;     /* replicas all-reduced by NCCL (fp32), else as pieces summed in fp32 */
     int quantized_gathers; /* gathers move blockwise codes from quantized shards */
     int working_copy;      /* a compute-dtype working copy of the shards exists apart from the master */
+    int secondary_size;    /* hpZ: the secondary group's ranks (engine.h: reshard_size), 0 = none */
 } fsdp_engine_mode;
 void fsdp_engine_mode_of(const fsdp_shard_options *o, int shard_size, int replica_size, fsdp_engine_mode *out);
+
+/* hpZ (src/shard/secondary.c): len[u] gets the elements of unit u's secondary shard, padded[u] / N
+ * (padded over the shard group, which N divides), for every unit the training order visits again
+ * after its forward and that is not pinned (the blocks: the backward gathers them again), else 0.
+ * Returns their sum: the secondary copy's elements. 0 for all without m->secondary_size. */
+int64_t fsdp_plan_secondary(const fsdp_engine_mode *m, const fsdp_shard_options *o, const int64_t *padded,
+                            int num_units, int64_t *len);
 
 /* Elements of each of the R pieces a replica all-reduce of n elements is cut into: n / R rounded up
  * to FSDP_SHARD_ALIGN (the last piece is ragged and padded with zeros). */

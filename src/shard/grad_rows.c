@@ -30,6 +30,7 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
         fsdp_fatal("internal error: %d row sets for unit %d (at most %d)", nsets, u, FSDP_MAX_ROW_SETS);
     be->runtime->event_record(be, e->rows_ready, be->compute);
     be->runtime->stream_wait_event(be, e->reduce_stream, e->rows_ready);
+    engine_span span = engine_span_begin(e, e->reduce_stream);
     if (!e->written[u]) { /* rows are added: the shard needs its zeros first */
         be->runtime->zero(be, engine_grad_shard(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
         e->written[u] = 1;
@@ -58,6 +59,7 @@ void fsdp_engine_add_rows(fsdp_engine *e, int u, const fsdp_row_set *sets, int n
     }
     fsdp_shard_view v = fsdp_engine_view(e, u);
     be->ops->add_rows(be, v.grad, v.start, v.len, all, nsets, all_values, entries, row_len, e->reduce_stream);
+    engine_span_end(e, span, e->reduce_stream, FSDP_TRACK_REDUCE, "gradient rows", u, e->opts.compute_dtype);
     be->runtime->event_record(be, e->rows_done, e->reduce_stream);
     e->rows_pending = 1;
 }

@@ -72,6 +72,7 @@ void engine_open_groups(fsdp_engine *e, MPI_Comm world, const fsdp_topology *top
     }
     if (e->replica_size > 1 && !opts->forward_only)
         e->replica_comm = be->coll->comm_create(be, e->replica_mpi, "replica all-reduce", 0);
+    engine_open_secondary(e, world, topo);
     FSDP_CHECK_MPI(MPI_Comm_size(world, &e->world_size));
     /* Gradient rows are gathered over the whole world on the reduce stream: reuse the communicator
      * that already spans it there, or make one (HYBRID, whose groups are both smaller). */
@@ -92,6 +93,7 @@ void engine_close_groups(fsdp_engine *e) {
     be->coll->comm_destroy(be, e->norm_comm);
     be->coll->comm_destroy(be, e->replica_comm);
     be->coll->comm_destroy(be, e->own_rows_comm);
+    engine_close_secondary(e);
     MPI_Comm_free(&e->shard_mpi);
     MPI_Comm_free(&e->replica_mpi);
 }

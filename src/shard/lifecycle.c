@@ -24,7 +24,12 @@ static int start_gather(fsdp_engine *e, int u) {
     void *dst = slot_ring_slot(r, slot, e->ce);
     size_t n = (size_t)s->shard_len;
     int u_index = (int)(s - e->units);
-    if (e->mode.quantized_gathers) {
+    int in_node = s->secondary_ready;
+    engine_span span = engine_span_begin(e, e->gather_stream);
+    if (s->secondary_ready) {
+        /* hpZ: the backward's gather, from the slices its forward kept, inside the secondary group. */
+        engine_gather_secondary(e, u_index, dst);
+    } else if (e->mode.quantized_gathers) {
         /* Codes and scales of every rank's shard, then the unit in the compute dtype: one staging
          * area serves every gather, since the gather stream runs them one after the other. */
         fsdp_dtype q = e->opts.gather_dtype;
@@ -37,6 +42,9 @@ static int start_gather(fsdp_engine *e, int u) {
         be->coll->all_gather(be, e->gather_comm, src, dst, n, e->opts.compute_dtype, e->gather_stream);
         engine_count_pieces(e, FSDP_COMM_GATHER, e->shard_size, engine_wire_bytes(e->opts.compute_dtype, n));
     }
+    /* Before the gather's event, so that on the CPU the wait for that event also times the span's end. */
+    engine_span_end(e, span, e->gather_stream, FSDP_TRACK_GATHER, in_node ? "gather in node" : "gather", u_index,
+                    e->mode.quantized_gathers && !in_node ? e->opts.gather_dtype : e->opts.compute_dtype);
     be->runtime->event_record(be, engine_timing_event(e, &s->gather_event), e->gather_stream);
     r->owner[slot] = u;
     s->param_slot = slot;
@@ -60,6 +68,7 @@ void fsdp_engine_begin_microbatch(fsdp_engine *e) {
     e->microbatch++;
     e->cursor = 0;
     e->active = e->order, e->active_len = e->opts.order_len, e->forward_mode = 0;
+    engine_reset_secondary(e);
     /* The last micro-batch's gradient rows are still read on the reduce stream. */
     if (e->rows_pending) {
         e->be->runtime->stream_wait_event(e->be, e->be->compute, e->rows_done);
@@ -71,6 +80,7 @@ void fsdp_engine_begin_microbatch(fsdp_engine *e) {
 void fsdp_engine_begin_forward(fsdp_engine *e) {
     e->cursor = 0;
     e->active = e->forward_order, e->active_len = e->forward_len, e->forward_mode = 1;
+    engine_reset_secondary(e);
     if (e->shard_size > 1) prefetch(e);
 }
 
@@ -104,6 +114,8 @@ static void release_params(fsdp_engine *e, int u) {
 
 void fsdp_engine_done_forward(fsdp_engine *e, int u) {
     int reshard = e->opts.strategy == FSDP_FULL || e->opts.strategy == FSDP_HYBRID;
+    /* hpZ: the slice the backward gathers back inside the secondary group, kept before the release. */
+    if (!e->forward_mode && reshard && !e->pinned[u]) engine_keep_secondary(e, u);
     if (e->forward_mode || (reshard && !e->pinned[u])) release_params(e, u); /* forward-only: no backward */
     /* Gathers held back by a full ring can start now that a slot is free. */
     if (e->shard_size > 1) prefetch(e);
@@ -139,7 +151,7 @@ void *fsdp_engine_grads(fsdp_engine *e, int u) {
         int slot = slot_ring_free_slot(r);
         if (slot < 0) fsdp_fatal("internal error: no free gradient buffer for unit %d", u);
         /* The buffer's previous reduction must be finished before it is zeroed and reused. */
-        if (r->released_valid[slot]) be->runtime->stream_wait_event(be, be->compute, r->released[slot]);
+        if (r->released_valid[slot]) engine_compute_waits_for(e, r->released[slot], u); /* a stall on a reduction */
         be->runtime->zero(be, slot_ring_slot(r, slot, e->ge), (size_t)r->elems * e->ge, be->compute);
         r->owner[slot] = u;
         s->grad_slot = slot;
@@ -168,7 +180,9 @@ void fsdp_engine_done_backward(fsdp_engine *e, int u) {
         s->grad_slot = -1; /* already in its shard; the replicas' all-reduce waits for the last one */
         if (e->mode.defer_replicas && last) {
             reduce_after_compute(e, e->direct_ready);
+            engine_span span = engine_span_begin(e, e->reduce_stream);
             engine_reduce_replicas_of_shard(e, s);
+            engine_span_end(e, span, e->reduce_stream, FSDP_TRACK_REDUCE, "all-reduce", u, e->opts.master_dtype);
         }
     }
     /* No dense gradient this micro-batch (rows only, or already reduced), or one that stays local. */
@@ -179,7 +193,10 @@ void fsdp_engine_done_backward(fsdp_engine *e, int u) {
     slot_ring *r = &e->grad_rings[s->grad_ring];
     int slot = s->grad_slot;
     reduce_after_compute(e, e->grad_ready[grad_slot_index(e, s->grad_ring, slot)]);
+    engine_span span = engine_span_begin(e, e->reduce_stream);
     engine_reduce_unit(e, s, slot_ring_slot(r, slot, e->ge));
+    engine_span_end(e, span, e->reduce_stream, FSDP_TRACK_REDUCE, e->shard_size > 1 ? "reduce-scatter" : "all-reduce", u,
+                    e->mode.piece_reductions ? e->opts.reduce_dtype : e->opts.grad_dtype);
     be->runtime->event_record(be, r->released[slot], e->reduce_stream);
     r->released_valid[slot] = 1;
     r->owner[slot] = -1;
@@ -207,7 +224,9 @@ void fsdp_engine_wait_reductions(fsdp_engine *e) {
          * models today) still needs its replicas' sum; a unit no micro-batch wrote is zero on all. */
         if (e->written[u] && e->mode.defer_replicas && !e->replicas_done[u]) {
             reduce_after_compute(e, e->direct_ready);
+            engine_span span = engine_span_begin(e, e->reduce_stream);
             engine_reduce_replicas_of_shard(e, &e->units[u]);
+            engine_span_end(e, span, e->reduce_stream, FSDP_TRACK_REDUCE, "all-reduce", u, e->opts.master_dtype);
         }
         if (e->written[u]) continue;
         be->runtime->zero(be, engine_grad_shard(e, &e->units[u]), (size_t)e->units[u].shard_len * e->me, e->reduce_stream);
@@ -222,12 +241,14 @@ void fsdp_engine_wait_reductions(fsdp_engine *e) {
 
 void fsdp_engine_grad_sumsq(fsdp_engine *e, float *out) {
     fsdp_backend *be = e->be;
+    engine_span span = engine_span_begin(e, be->compute);
     be->runtime->zero(be, out, sizeof(float), be->compute);
     be->ops->sum_squares(be, out, e->grad, e->opts.master_dtype, (size_t)e->total_shard, be->compute);
     if (e->shard_size > 1) {
         be->coll->all_reduce(be, e->norm_comm, out, 1, FSDP_F32, be->compute);
         engine_count_all_reduce(e, FSDP_COMM_OTHER, e->shard_size, sizeof(float));
     }
+    engine_span_end(e, span, be->compute, FSDP_TRACK_COMPUTE, "grad norm", -1, FSDP_F32);
 }
 
 void engine_quantize_shard(fsdp_engine *e, int u) {

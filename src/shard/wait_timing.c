@@ -1,6 +1,8 @@
 /* Wait timing: every time the compute stream waits for communication (a gather, the step's
- * reductions), a pair of timing events brackets the wait; the pairs are read once a step to report
- * how long compute stalled. The events come from a pool reused every step. */
+ * reductions, a gradient buffer still being reduced), a pair of timing events brackets the wait; the
+ * pairs are read once a step to report how long compute stalled. The events come from a pool reused
+ * every step. A pair's `what`: the unit gathered (>= 0), the reductions (-1), or the gradient buffer
+ * of unit u (-2 - u). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,20 +23,38 @@ fsdp_event *engine_timing_event(fsdp_engine *e, int *index) {
     return e->pool[e->pool_used++];
 }
 
-void engine_compute_waits(fsdp_engine *e, int ready_index, int what) {
-    int begin;
-    fsdp_event *b = engine_timing_event(e, &begin);
+/* A timing event recorded on the compute stream now: where a wait begins. */
+static int mark_compute(fsdp_engine *e) {
+    int index;
+    fsdp_event *b = engine_timing_event(e, &index);
     e->be->runtime->event_record(e->be, b, e->be->compute);
-    e->be->runtime->stream_wait_event(e->be, e->be->compute, e->pool[ready_index]);
+    return index;
+}
+
+static void add_pair(fsdp_engine *e, int begin, int ready, int what) {
     if (e->num_wait_pairs == e->wait_pairs_cap) {
         e->wait_pairs_cap = e->wait_pairs_cap ? 2 * e->wait_pairs_cap : 64;
         e->wait_pairs = realloc(e->wait_pairs, (size_t)e->wait_pairs_cap * 3 * sizeof(int));
         if (!e->wait_pairs) fsdp_fatal("out of host memory for timing events");
     }
     e->wait_pairs[3 * e->num_wait_pairs] = begin;
-    e->wait_pairs[3 * e->num_wait_pairs + 1] = ready_index;
+    e->wait_pairs[3 * e->num_wait_pairs + 1] = ready;
     e->wait_pairs[3 * e->num_wait_pairs + 2] = what;
     e->num_wait_pairs++;
+}
+
+void engine_compute_waits(fsdp_engine *e, int ready_index, int what) {
+    int begin = mark_compute(e);
+    e->be->runtime->stream_wait_event(e->be, e->be->compute, e->pool[ready_index]);
+    add_pair(e, begin, ready_index, what);
+}
+
+void engine_compute_waits_for(fsdp_engine *e, fsdp_event *ready, int u) {
+    /* The pair is (before, after) the wait, both on the compute stream: `ready` itself is recorded
+     * again by the slot's next reduction before the pairs are read. After - before is the stall. */
+    int begin = mark_compute(e);
+    e->be->runtime->stream_wait_event(e->be, e->be->compute, ready);
+    add_pair(e, begin, mark_compute(e), -2 - u);
 }
 
 void engine_free_timing(fsdp_engine *e) {
@@ -60,9 +80,12 @@ double fsdp_engine_take_comm_wait_ms(fsdp_engine *e) {
         e->be->runtime->event_synchronize(e->be, b);
         float ms = e->be->runtime->event_elapsed_ms(e->be, b, r);
         if (ms > 0.0f) total += ms; /* negative: the data was there before compute asked */
+        engine_trace_wait(e, b, r, w[2]);
         if (verbose && ms >= 0.05f && used + 48 < sizeof detail) {
-            int n = w[2] >= 0 ? snprintf(detail + used, sizeof detail - used, " #%d gather(unit %d) %.2f", i, w[2], ms)
-                              : snprintf(detail + used, sizeof detail - used, " #%d reductions %.2f", i, ms);
+            int n = w[2] >= 0   ? snprintf(detail + used, sizeof detail - used, " #%d gather(unit %d) %.2f", i, w[2], ms)
+                    : w[2] == -1 ? snprintf(detail + used, sizeof detail - used, " #%d reductions %.2f", i, ms)
+                                 : snprintf(detail + used, sizeof detail - used, " #%d gradient buffer(unit %d) %.2f", i,
+                                            -2 - w[2], ms);
             used += n > 0 ? (size_t)n : 0;
         }
     }

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "utf8.h"
+#include "../base/utf8.h"
 
 struct fsdp_bpe_symbol {
     uint32_t id;

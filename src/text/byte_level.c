@@ -3,7 +3,7 @@
 
 #include <pthread.h>
 
-#include "utf8.h"
+#include "../base/utf8.h"
 
 static char enc[256][2];
 static unsigned char enc_len[256];

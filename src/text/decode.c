@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "byte_level.h"
-#include "utf8.h"
+#include "../base/utf8.h"
 
 int fsdp_decoder_init(fsdp_decoder *d, const fsdp_tokenizer_spec *spec, const char *file, fsdp_err *err) {
     d->spec = spec;
@@ -82,8 +82,9 @@ static int step(const fsdp_decoder *d, int k, fsdp_regex_scratch *x, fsdp_arena 
     case FSDP_TJ_DEC_BYTE_LEVEL: {
         fsdp_buf bytes = {0};
         for (size_t i = 0; i < in->n; i++) fsdp_byte_level_decode_token(in->p[i].s, in->p[i].n, &bytes);
-        fsdp_utf8_lossy(bytes.p ? bytes.p : "", bytes.n, &b);
-        push_copy(arena, out, b.p ? b.p : "", b.n);
+        fsdp_buf_reserve(&b, 3 * bytes.n + 1);
+        b.n = fsdp_utf8_lossy(bytes.p ? bytes.p : "", bytes.n, b.p);
+        push_copy(arena, out, b.p, b.n);
         fsdp_buf_free(&bytes);
         break;
     }

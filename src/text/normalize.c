@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../base/utf8.h"
+
 int fsdp_normalizer_init(fsdp_normalizer *z, const fsdp_tokenizer_spec *spec, const char *file, fsdp_err *err) {
     z->num_steps = spec->num_normalizers;
     z->steps = fsdp_xcalloc((size_t)z->num_steps + 1, sizeof *z->steps, "normalizer");
@@ -29,6 +31,50 @@ int fsdp_normalize(const fsdp_normalizer *z, fsdp_regex_scratch *x, fsdp_spans *
                    const char *s, size_t n, const char **out, size_t *out_n, fsdp_err *err) {
     for (int i = 0; i < z->num_steps; i++) {
         const fsdp_tj_normalizer *spec = z->steps[i].spec;
+        switch (spec->kind) {
+        case FSDP_TJ_NORM_NFC:
+        case FSDP_TJ_NORM_NFD:
+        case FSDP_TJ_NORM_NFKC:
+        case FSDP_TJ_NORM_NFKD: {
+            fsdp_unicode_form form = spec->kind == FSDP_TJ_NORM_NFC   ? FSDP_UNICODE_NFC
+                                     : spec->kind == FSDP_TJ_NORM_NFD ? FSDP_UNICODE_NFD
+                                     : spec->kind == FSDP_TJ_NORM_NFKC ? FSDP_UNICODE_NFKC
+                                                                       : FSDP_UNICODE_NFKD;
+            char *norm;
+            size_t len;
+            int rc = fsdp_utf8_normalize(form, s, n, &norm, &len, err);
+            if (rc < 0) return -1;
+            if (rc == 0) continue;
+            char *t = fsdp_arena_alloc(arena, len + 1);
+            memcpy(t, norm, len);
+            free(norm);
+            s = t, n = len;
+            continue;
+        }
+        case FSDP_TJ_NORM_LOWERCASE: {
+            char *t = fsdp_arena_alloc(arena, 2 * n + 1);
+            n = fsdp_utf8_lowercase(s, n, t);
+            s = t;
+            continue;
+        }
+        case FSDP_TJ_NORM_STRIP: {
+            uint32_t cp;
+            while (spec->strip_left && n > 0) {
+                int len = fsdp_utf8_decode(s, &cp);
+                if (!fsdp_is_white_space(cp)) break;
+                s += len, n -= (size_t)len;
+            }
+            while (spec->strip_right && n > 0) {
+                size_t last = fsdp_utf8_last_start(s, n);
+                fsdp_utf8_decode(s + last, &cp);
+                if (!fsdp_is_white_space(cp)) break;
+                n = last;
+            }
+            continue;
+        }
+        default:
+            break;
+        }
         if (spec->kind == FSDP_TJ_NORM_PREPEND) {
             if (n == 0) continue;
             char *t = fsdp_arena_alloc(arena, spec->text.n + n);

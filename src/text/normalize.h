@@ -1,7 +1,9 @@
 /* The normalizers fsdp.c honours, applied in order to each stretch of text between added tokens (as
- * tokenizers does): Prepend (the text is prefixed when it is not empty) and Replace (every match of
- * a literal or a regex, leftmost and non-overlapping, becomes the content). Llama 2's
- * SentencePiece-style tokenizer is Prepend("▁") then Replace(" " -> "▁"). */
+ * tokenizers does): the Unicode normalization forms NFC, NFD, NFKC and NFKD and Lowercase (Rust's
+ * char::to_lowercase per character), both through base/utf8.h; Strip (White_Space at either end); Prepend (the text is
+ * prefixed when it is not empty) and Replace (every match of a literal or a regex, leftmost and
+ * non-overlapping, becomes the content). Llama 2's SentencePiece-style tokenizer is Prepend("▁") then
+ * Replace(" " -> "▁"); Qwen's is NFC. */
 #ifndef FSDP_TEXT_NORMALIZE_H
 #define FSDP_TEXT_NORMALIZE_H
 

@@ -1,4 +1,5 @@
 /* The prepare pipeline of prepare.h: read a group, tokenize it on every thread, write it in order. */
+#define _DEFAULT_SOURCE /* realpath */
 #include "prepare.h"
 
 #include <errno.h>
@@ -13,6 +14,8 @@
 
 #include "../base/output_paths.h"
 #include "../base/rng.h"
+#include "../io/special_tokens.h"
+#include "../io/tokenizer_config.h"
 #include "../io/tokens.h"
 #include "tokenizer.h"
 
@@ -217,6 +220,7 @@ static int flush_group(run *r, fsdp_prepare_stats *st, fsdp_err *err) {
         if (fsdp_tokens_writer_add(r->writers[v], ids, mask, x->count, err)) return -1;
         st->documents[v]++;
         st->tokens[v] += x->count;
+        if (st->model_max_length && x->count > st->model_max_length) st->longer++;
         st->counted[v] += r->alpaca ? x->count - x->prompt_count : x->count;
     }
     r->num_docs = 0;
@@ -229,6 +233,8 @@ static int flush_group(run *r, fsdp_prepare_stats *st, fsdp_err *err) {
 static int eos_of(run *r, fsdp_err *err) {
     static const char *const candidates[] = {"</s>", "<|end_of_text|>", "<|endoftext|>"};
     const char *want = r->o->eos_token;
+    /* tokenizer_config.json's eos_token is transformers' tokenizer.eos_token */
+    if (!want && fsdp_tokenizer_special_id(r->tok, FSDP_SPECIAL_EOS, &r->eos)) return 0;
     for (int i = 0; i < 3 && !want; i++)
         if (fsdp_tokenizer_token_id(r->tok, candidates[i], strlen(candidates[i]), &r->eos)) return 0;
     if (!want)
@@ -255,10 +261,15 @@ static int outputs_apart(const fsdp_prepare_options *o, const char *val_path, fs
             snprintf(paths[v][k], sizeof paths[v][k], "%s%s", v ? val_path : o->out, WRITER_TEMPORARIES[k]);
             outputs[n++] = FSDP_IO_FILE(FLAGS[v][k], paths[v][k]);
         }
-    fsdp_io_path *inputs = fsdp_xcalloc((size_t)o->num_inputs + 1, sizeof *inputs, "prepare's inputs");
+    /* the tokenizer's files: a directory argument names the tokenizer.json in it, and a config beside */
+    char json[4300], config[4300];
+    if (fsdp_tokenizer_files(o->tokenizer, json, sizeof json, config, sizeof config, err)) return -1;
+    fsdp_io_path *inputs = fsdp_xcalloc((size_t)o->num_inputs + 2, sizeof *inputs, "prepare's inputs");
     for (int i = 0; i < o->num_inputs; i++) inputs[i] = FSDP_IO_FILE("--input", o->inputs[i]);
-    inputs[o->num_inputs] = FSDP_IO_FILE("--tokenizer", o->tokenizer);
-    int rc = fsdp_outputs_apart(outputs, n, inputs, o->num_inputs + 1, err);
+    int m = o->num_inputs;
+    inputs[m++] = FSDP_IO_FILE("--tokenizer", json);
+    if (config[0]) inputs[m++] = FSDP_IO_FILE("--tokenizer's tokenizer_config.json", config);
+    int rc = fsdp_outputs_apart(outputs, n, inputs, m, err);
     free(inputs);
     return rc;
 }
@@ -301,6 +312,7 @@ static int process_inputs(run *r, fsdp_prepare_stats *st, fsdp_err *err) {
             progress(r, fsdp_docs_bytes(rd), 0);
         }
         r->done_bytes += fsdp_docs_bytes(rd);
+        st->nulls += fsdp_docs_nulls(rd);
         fsdp_docs_close(rd);
         if (rc < 0) return -1;
     }
@@ -332,6 +344,7 @@ int fsdp_prepare(const fsdp_prepare_options *o, fsdp_prepare_stats *st, fsdp_err
     int rc = r.alpaca ? eos_of(&r, err) : 0;
     st->vocab_size = fsdp_tokenizer_vocab_size(r.tok);
     st->tokenizer_hash = fsdp_tokenizer_hash(r.tok);
+    st->model_max_length = fsdp_tokenizer_model_max_length(r.tok);
     if (rc == 0) {
         r.writers[0] = fsdp_tokens_writer_open(o->out, st->vocab_size, st->tokenizer_hash, r.alpaca, err);
         if (!r.writers[0]) rc = -1;
@@ -340,6 +353,12 @@ int fsdp_prepare(const fsdp_prepare_options *o, fsdp_prepare_stats *st, fsdp_err
         r.writers[1] = fsdp_tokens_writer_open(val_path, st->vocab_size, st->tokenizer_hash, r.alpaca, err);
         if (!r.writers[1]) rc = -1;
     }
+    /* where the tokenizer is, for `fsdp export` to find it again (it checks the hash then) */
+    char tokenizer_path[4096];
+    if (rc == 0 && !realpath(o->tokenizer, tokenizer_path))
+        rc = fsdp_errf(err, "--tokenizer %s: realpath: %s", o->tokenizer, strerror(errno));
+    for (int v = 0; v < 2 && rc == 0; v++)
+        if (r.writers[v]) rc = fsdp_tokens_writer_set_tokenizer(r.writers[v], tokenizer_path, err);
     if (rc == 0) {
         r.states = fsdp_xcalloc((size_t)o->threads, sizeof *r.states, "tokenizer states");
         r.outputs = fsdp_xcalloc((size_t)o->threads, sizeof *r.outputs, "token buffers");

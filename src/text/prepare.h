@@ -28,19 +28,23 @@ typedef struct {
     const char *const *inputs;
     int num_inputs;
     fsdp_docs_format format;
-    const char *field;      /* jsonl */
+    const char *field;      /* jsonl, parquet */
     const char *out;        /* training file */
     double val_fraction;    /* documents to the validation file (0: none) */
     uint64_t seed;
     int threads;
     size_t max_memory;      /* bytes */
     int add_special_tokens; /* the post-processor's special tokens around each document (prompt) */
-    const char *eos_token;  /* alpaca: the EOS token's text; NULL = the first of </s>, <|end_of_text|>, <|endoftext|> */
+    const char *eos_token;  /* alpaca: the EOS token's text; NULL = tokenizer_config.json's eos_token, else the first
+                             * of </s>, <|end_of_text|>, <|endoftext|> */
     int progress;           /* a progress line on stderr */
 } fsdp_prepare_options;
 
 typedef struct {
     uint64_t documents[2], tokens[2], counted[2]; /* [0] training, [1] validation; counted = mask 1 */
+    uint64_t model_max_length; /* tokenizer_config.json's (0: none) */
+    uint64_t longer;           /* documents of more tokens than that (transformers warns; nothing is cut) */
+    uint64_t nulls;                               /* records skipped for a null text (Parquet) */
     uint64_t bytes;
     double seconds;
     uint32_t vocab_size;

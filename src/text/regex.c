@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "../base/utf8.h"
 
 int fsdp_regex_compile(fsdp_regex *r, const char *pattern, size_t n, int literal, const char *what, fsdp_err *err) {
     r->code = NULL;

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "../io/special_tokens.h"
 #include "../io/tokenizer_json.h"
 #include "added_tokens.h"
 #include "bpe.h"
@@ -10,10 +11,11 @@
 #include "normalize.h"
 #include "postprocess.h"
 #include "pretokenize.h"
-#include "utf8.h"
+#include "../base/utf8.h"
 
 struct fsdp_tokenizer {
     fsdp_tokenizer_spec spec;
+    fsdp_special_tokens special; /* what tokenizer_config.json names */
     fsdp_bpe bpe;
     fsdp_normalizer normalizer;
     fsdp_pretokenizer pretokenizer;
@@ -34,7 +36,7 @@ struct fsdp_tokenizer_state {
 
 fsdp_tokenizer *fsdp_tokenizer_load(const char *path, fsdp_err *err) {
     fsdp_tokenizer *t = fsdp_xcalloc(1, sizeof *t, "tokenizer");
-    if (fsdp_tokenizer_spec_load(path, &t->spec, err)) {
+    if (fsdp_tokenizer_spec_load_with_config(path, &t->spec, &t->special, err)) {
         free(t);
         return NULL;
     }
@@ -71,6 +73,13 @@ void fsdp_tokenizer_free(fsdp_tokenizer *t) {
 }
 
 uint32_t fsdp_tokenizer_vocab_size(const fsdp_tokenizer *t) { return t->vocab_size; }
+uint64_t fsdp_tokenizer_model_max_length(const fsdp_tokenizer *t) { return t->special.model_max_length; }
+
+int fsdp_tokenizer_special_id(const fsdp_tokenizer *t, int which, uint32_t *id) {
+    if (which < 0 || which >= FSDP_SPECIAL_COUNT || !t->special.has[which]) return 0;
+    *id = t->special.id[which];
+    return 1;
+}
 uint64_t fsdp_tokenizer_hash(const fsdp_tokenizer *t) { return t->spec.hash; }
 
 int fsdp_tokenizer_token_id(const fsdp_tokenizer *t, const char *token, size_t n, uint32_t *id) {

@@ -22,12 +22,20 @@
 typedef struct fsdp_tokenizer fsdp_tokenizer;
 typedef struct fsdp_tokenizer_state fsdp_tokenizer_state;
 
+/* path: a tokenizer.json, or a directory holding one; a tokenizer_config.json in the same folder is
+ * applied as transformers' AutoTokenizer applies it (io/special_tokens.h). */
 fsdp_tokenizer *fsdp_tokenizer_load(const char *path, fsdp_err *err);
 void fsdp_tokenizer_free(fsdp_tokenizer *t);
 /* 1 + the largest id the tokenizer can produce (model and added tokens). */
 uint32_t fsdp_tokenizer_vocab_size(const fsdp_tokenizer *t);
-/* FNV-1a 64 of the file's canonical JSON: the tokenizer's identity in token files. */
+/* FNV-1a 64 of the file's canonical JSON (continued over what tokenizer_config.json changes, if
+ * anything): the tokenizer's identity in token files. */
 uint64_t fsdp_tokenizer_hash(const fsdp_tokenizer *t);
+/* tokenizer_config.json's model_max_length; 0 when it gives none (or no limit). */
+uint64_t fsdp_tokenizer_model_max_length(const fsdp_tokenizer *t);
+/* The id of a special token tokenizer_config.json names (FSDP_SPECIAL_BOS, _EOS, _PAD, _UNK of
+ * io/special_tokens.h): 1 and *id, or 0 when it names none. */
+int fsdp_tokenizer_special_id(const fsdp_tokenizer *t, int which, uint32_t *id);
 /* The id of a token by its text (added tokens first, then the model's vocabulary); 0 when none. */
 int fsdp_tokenizer_token_id(const fsdp_tokenizer *t, const char *token, size_t n, uint32_t *id);
 /* Whether the token is a special added token. */

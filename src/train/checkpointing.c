@@ -226,7 +226,10 @@ static int check_saved(fsdp_trainer *t, const char *path, const fsdp_ckpt_meta *
         return fsdp_errf(err, "checkpoint %s holds a different model (%s) than --model %s (%s)", path, have,
                          t->opt.model, want);
     }
-    if (fsdp_schedule_check_record(meta->schedule_json, meta->step, path, err)) return -1;
+    if (fsdp_schedule_check_record(meta->schedule_json, meta->step, path, err) ||
+        fsdp_schedule_check_resume(meta->schedule_json, &t->sched, meta->step, t->opt.allow_schedule_change, path,
+                                   err))
+        return -1;
     fsdp_identity_resume r = {path, t->opt.model ? t->opt.model : "(the checkpoint's)", &t->cfg, &t->data,
                               t->opt.data ? t->opt.data : "synthetic", t->opt.allow_data_change,
                               t->opt.allow_config_change};

@@ -8,12 +8,32 @@
 #include <sys/stat.h>
 
 #include "../base/rng.h"
+#include "../io/special_tokens.h"
 #include "../io/tokenizer_json.h"
 #include "data_stream.h"
 
 enum { STREAM_SYNTHETIC = 0x5a17, STREAM_EPOCH = 0xe90c };
 
 const char *fsdp_packing_name(fsdp_packing p) { return p == FSDP_PACK_PAD ? "pad" : "stream"; }
+
+/* pad keeps an example's first `keep` tokens: the examples longer than that, and what they lose, are
+ * counted from the document table (read in blocks, so memory stays bounded) and said in the run's
+ * description, since training silently on the start of each long example changes what it learns. */
+static int count_cut(fsdp_data *d, uint64_t keep, fsdp_err *err) {
+    enum { BLOCK = 4096 };
+    uint64_t *starts = fsdp_xmalloc((BLOCK + 1) * sizeof *starts, "the document table");
+    int rc = 0;
+    for (uint64_t first = 0; first < d->file.num_documents && rc == 0; first += BLOCK) {
+        uint64_t n = d->file.num_documents - first < BLOCK ? d->file.num_documents - first : BLOCK;
+        rc = fsdp_tokens_documents(&d->file, first, n, starts, err);
+        for (uint64_t i = 0; i < n && rc == 0; i++) {
+            uint64_t len = starts[i + 1] - starts[i];
+            if (len > keep) d->cut++, d->cut_tokens += len - keep;
+        }
+    }
+    free(starts);
+    return rc;
+}
 
 static int open_file(fsdp_data *d, const fsdp_data_spec *s, fsdp_err *err) {
     const fsdp_token_file *f = &d->file;
@@ -41,6 +61,7 @@ static int open_file(fsdp_data *d, const fsdp_data_spec *s, fsdp_err *err) {
     if (d->packing == FSDP_PACK_PAD) {
         if (f->num_documents == 0) return fsdp_errf(err, "%s %s: the file holds no documents", d->flag, path);
         d->samples = f->num_documents;
+        if (count_cut(d, (uint64_t)s->seq + 1, err)) return -1;
     } else {
         if (fsdp_stream_build(d, err)) return -1;
         uint64_t T = (uint64_t)s->seq, predicted = d->stream_len > 0 ? d->stream_len - 1 : 0;
@@ -208,7 +229,7 @@ int fsdp_data_check_tokenizer(const fsdp_data *d, const char *tokenizer_json, fs
     struct stat st;
     if (d->synthetic || d->file.tokenizer_hash == 0 || stat(tokenizer_json, &st) != 0) return 0;
     uint64_t hash;
-    if (fsdp_tokenizer_json_hash(tokenizer_json, &hash, err)) return -1;
+    if (fsdp_tokenizer_identity_hash(tokenizer_json, &hash, err)) return -1;
     if (hash != d->file.tokenizer_hash)
         return fsdp_errf(err, "%s %s was made with another tokenizer than the model's %s (tokenizer hash %016llx in the "
                          "file, %016llx of the model's): prepare it again with --tokenizer %s", d->flag, d->file.path,
@@ -236,8 +257,10 @@ void fsdp_data_describe(const fsdp_data *d, char *buf, size_t cap) {
     const fsdp_token_file *f = &d->file;
     char how[256];
     if (d->packing == FSDP_PACK_PAD)
-        snprintf(how, sizeof how, "pad: %llu examples, each truncated to %d + 1 tokens, padded with %d",
-                 (unsigned long long)d->samples, d->seq, d->pad_id);
+        snprintf(how, sizeof how, "pad: %llu examples, each truncated to %d + 1 tokens (%llu cut, %llu tokens past "
+                 "the cut not %s), padded with %d",
+                 (unsigned long long)d->samples, d->seq, (unsigned long long)d->cut, (unsigned long long)d->cut_tokens,
+                 d->eval ? "scored" : "trained on", d->pad_id);
     else if (d->eos_id >= 0)
         snprintf(how, sizeof how, "stream: %llu windows of %d + 1 tokens, %llu EOS (%d) inserted between documents",
                  (unsigned long long)d->samples, d->seq, (unsigned long long)d->inserted, d->eos_id);

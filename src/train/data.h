@@ -70,6 +70,7 @@ typedef struct {
     uint64_t *eos_after, *eos_before;
     uint64_t stream_len;     /* tokens of the stream, inserted EOS included */
     uint64_t inserted;       /* EOS inserted */
+    uint64_t cut, cut_tokens; /* pad: examples longer than seq + 1, and the tokens past it never trained on */
     int32_t *tokens;         /* one sample's seq + 1 tokens and mask bytes (scratch) */
     uint8_t *mask;
 } fsdp_data;

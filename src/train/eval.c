@@ -8,11 +8,14 @@
 #include <sys/stat.h>
 
 #include "../base/agree.h"
+#include "../base/files.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
 #include "../io/checkpoint.h"
 #include "../io/jsonio.h"
 #include "hf_import.h"
+#include "run_identity.h"
+#include "run_outputs.h"
 
 /* One micro-batch forward, its loss summed into `loss_sum` (device). The tied embedding is the
  * head's matrix: it stays gathered until the head has read it. */
@@ -115,11 +118,21 @@ void fsdp_eval_record(fsdp_trainer *t, const fsdp_eval_result *r, fsdp_err *err)
     json_t *rec = json_pack("{s:i, s:o, s:o, s:I}", "step", t->step, "eval_loss", fsdp_json_number(r->loss), "eval_ppl",
                             fsdp_json_number(r->ppl), "eval_tokens", (json_int_t)r->tokens);
     if (!rec) fsdp_fatal("out of host memory building an evaluation record");
+    /* `fsdp eval`'s own record says so, and what it scored on which data: `fsdp report` lists it
+     * as an evaluation, not as a training run that stopped (docs/FORMATS.md). Paths that are not
+     * UTF-8 are left out. */
+    if (t->opt.forward_only) {
+        json_t *what = json_string(t->opt.init_from), *data = json_string(t->opt.data);
+        if (json_object_set_new(rec, "record", json_string("evaluation")) ||
+            (what && json_object_set_new(rec, "evaluated", what)) || (data && json_object_set_new(rec, "data", data)))
+            fsdp_fatal("out of host memory building an evaluation record");
+    }
     fsdp_metrics_write(t->metrics, rec, err);
     json_decref(rec);
 }
 
-/* The step of the checkpoint evaluated (0 for a Hugging Face model). */
+/* The step of the checkpoint evaluated (0 for a Hugging Face model), and a note when the data's ids
+ * are not those it was trained on (run_identity.h). */
 static int checkpoint_step(fsdp_trainer *t, fsdp_err *err) {
     struct stat st;
     if (stat(t->opt.init_from, &st) != 0 || S_ISDIR(st.st_mode)) return 0;
@@ -127,6 +140,7 @@ static int checkpoint_step(fsdp_trainer *t, fsdp_err *err) {
     memset(&meta, 0, sizeof meta);
     if (fsdp_ckpt_read_meta(t->world, t->opt.init_from, &meta, err)) return -1;
     t->step = (int)meta.step;
+    fsdp_identity_note_eval(t->opt.init_from, meta.identity_json, &t->data, t->opt.data);
     fsdp_ckpt_meta_free(&meta);
     return 0;
 }
@@ -134,7 +148,9 @@ static int checkpoint_step(fsdp_trainer *t, fsdp_err *err) {
 static int run(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
     if (fsdp_trainer_setup(t, err) || checkpoint_step(t, err) || fsdp_trainer_init_from(t, err)) return -1;
-    if (o->metrics && fsdp_rank() == 0) t->metrics = fsdp_metrics_open(o->metrics, 1, err);
+    if (o->metrics && fsdp_rank() == 0 && fsdp_run_outputs_metrics_dir(o->metrics, err) == 0 &&
+        fsdp_regular_or_absent(o->metrics, "--metrics", err) >= 0)
+        t->metrics = fsdp_metrics_open(o->metrics, 1, err);
     if (fsdp_agree(t->world, err)) return -1;
     char model[256], data[1024];
     fsdp_model_config_describe(&t->cfg, model, sizeof model);

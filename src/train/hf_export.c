@@ -18,6 +18,8 @@
 #include "../io/export_dir.h"
 #include "../io/hf_config.h"
 #include "../io/hf_model_dir.h"
+#include "../io/special_tokens.h"
+#include "../io/tokenizer_export.h"
 #include "../io/safetensors_write.h"
 #include "hf_weights.h"
 
@@ -33,6 +35,7 @@ typedef struct {
     fsdp_hf_weights hf;
     uint64_t seed;
     int model_is_path; /* SRC_INIT from a config.json (or its directory), not a preset */
+    char *identity;    /* SRC_CHECKPOINT: its identity record (JSON), NULL when it has none */
 } source;
 
 static int resolve(const fsdp_export_options *o, source *s, fsdp_err *err) {
@@ -79,6 +82,7 @@ static int open_source(MPI_Comm comm, const fsdp_export_options *o, source *s, f
         if (fsdp_ckpt_read_meta(comm, s->path, &meta, err)) return -1;
         if (!meta.config_json || fsdp_hf_config_parse(meta.config_json, strlen(meta.config_json), s->path, &s->cfg, err))
             fsdp_errf(err, "%s: the checkpoint's model config cannot be read (%s)", s->path, err->msg);
+        if (meta.identity_json) s->identity = strdup(meta.identity_json);
         fsdp_ckpt_meta_free(&meta);
         if (fsdp_agree(comm, err)) return -1;
     }
@@ -95,6 +99,7 @@ static int open_source(MPI_Comm comm, const fsdp_export_options *o, source *s, f
 }
 
 static void close_source(source *s) {
+    free(s->identity);
     if (s->kind == SRC_HF) fsdp_hf_weights_close(&s->hf);
     fsdp_layout_free(&s->layout);
 }
@@ -224,19 +229,65 @@ static int read_round(MPI_Comm comm, source *s, item *items, int n, fsdp_err *er
     return 0;
 }
 
+/* ---- the tokenizer ---- */
+
+/* Rank 0: the tokenizer the export carries into buf, or "" with a line saying why there is none:
+ * --tokenizer; a Hugging Face directory's own; for a checkpoint, the one its token file was prepared
+ * with (the path its identity record keeps) while that file is still there with the same hash. */
+static void find_tokenizer(const fsdp_export_options *o, const source *s, char *buf, size_t cap) {
+    buf[0] = 0;
+    struct stat st;
+    char why[4600] = "";
+    if (o->tokenizer) {
+        snprintf(buf, cap, "%s", o->tokenizer);
+        return;
+    }
+    if (s->kind == SRC_HF) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/tokenizer.json", s->path);
+        if (stat(path, &st) == 0) {
+            snprintf(buf, cap, "%s", s->path);
+            return;
+        }
+        snprintf(why, sizeof why, "%s has no tokenizer.json", s->path);
+    } else if (s->kind == SRC_INIT) {
+        snprintf(why, sizeof why, "initial weights have no data");
+    } else {
+        json_t *r = s->identity ? json_loads(s->identity, 0, NULL) : NULL, *d = json_object_get(r, "data");
+        const char *where = json_string_value(json_object_get(d, "tokenizer"));
+        const char *hash = json_string_value(json_object_get(d, "tokenizer_hash"));
+        uint64_t now = 0;
+        fsdp_err ignored = {0};
+        if (!where)
+            snprintf(why, sizeof why, "the checkpoint %s records no tokenizer (trained on %s)", s->path,
+                     d ? "a token file prepared without a tokenizer record, or synthetic data" : "data it does not name");
+        else if (stat(where, &st) != 0)
+            snprintf(why, sizeof why, "the tokenizer %s its data was prepared with is gone", where);
+        else if (fsdp_tokenizer_identity_hash(where, &now, &ignored) || !hash || strtoull(hash, NULL, 16) != now)
+            snprintf(why, sizeof why, "the tokenizer %s its data was prepared with has changed since (hash %s then, "
+                     "%016llx now)", where, hash ? hash : "?", (unsigned long long)now);
+        else
+            snprintf(buf, cap, "%s", where);
+        json_decref(r);
+        if (buf[0]) return;
+    }
+    fsdp_log("export: %s will have no tokenizer (%s); add one with --tokenizer FILE|DIR\n", o->out, why);
+}
+
 /* ---- the export ---- */
 
 /* Rank 0, before anything is written: the files the export replaces in --out are none of those it
  * reads (output_paths.h), and --out is not the model directory being exported. */
-static int check_out(const fsdp_export_options *o, const source *s, fsdp_err *err) {
+static int check_out(const fsdp_export_options *o, const source *s, const char *tokenizer, fsdp_err *err) {
     if (s->kind == SRC_HF) {
         char a[4096], b[4096];
         if (realpath(o->out, a) && realpath(s->path, b) && !strcmp(a, b))
             return fsdp_usagef(err, "--out %s is the directory being exported", o->out);
     }
     fsdp_io_path outputs[] = {FSDP_IO_DIR("--out", o->out, fsdp_export_replaces)};
-    fsdp_io_path inputs[1];
+    fsdp_io_path inputs[2];
     int n = 0;
+    if (tokenizer[0]) inputs[n++] = FSDP_IO_FILE("--tokenizer", tokenizer);
     if (s->kind == SRC_HF)
         inputs[n++] = FSDP_IO_DIR("--checkpoint", s->path, fsdp_model_dir_reads);
     else if (s->kind == SRC_CHECKPOINT)
@@ -346,8 +397,13 @@ int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
     /* Rank 0 owns --out: its lock, and the staging directory every rank writes into. */
     fsdp_export_dir *dir = NULL;
     char staging[4600] = "";
-    if (rank == 0 && check_out(o, &s, err) == 0 && (dir = fsdp_export_dir_begin(o->out, o->force, err)) != NULL)
+    char tokenizer[4400] = "";
+    if (rank == 0) find_tokenizer(o, &s, tokenizer, sizeof tokenizer);
+    if (rank == 0 && check_out(o, &s, tokenizer, err) == 0 &&
+        (dir = fsdp_export_dir_begin(o->out, o->force, err)) != NULL) {
         snprintf(staging, sizeof staging, "%s", fsdp_export_dir_staging(dir));
+        if (tokenizer[0]) fsdp_export_dir_replace_tokenizer(dir);
+    }
     if (fsdp_agree(comm, err)) {
         fsdp_export_dir_end(dir);
         close_source(&s);
@@ -366,8 +422,9 @@ int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
     fsdp_st_plan_build(specs, s.layout.num_params, o->bf16 ? FSDP_ST_BF16 : FSDP_ST_F32, o->max_shard_bytes, &plan, err);
     free(specs);
     if (rank == 0 && !err->failed) {
-        if (fsdp_st_create(staging, &plan, err) == 0)
-            fsdp_hf_stage_configs(staging, &s.cfg, o->bf16 ? "bfloat16" : "float32", err);
+        if (fsdp_st_create(staging, &plan, err) == 0 &&
+            fsdp_hf_stage_configs(staging, &s.cfg, o->bf16 ? "bfloat16" : "float32", err) == 0 && tokenizer[0])
+            fsdp_tokenizer_stage(staging, tokenizer, &s.cfg, err);
     }
     fsdp_st_writer w;
     memset(&w, 0, sizeof w);
@@ -378,7 +435,8 @@ int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
     }
     if (w.fds) fsdp_st_writer_close(&w, !err->failed, err);
     if (fsdp_agree(comm, err) == 0 && rank == 0) {
-        if (fsdp_st_publish(staging, &plan, err) == 0 && fsdp_hf_publish_configs(staging, err) == 0) {
+        if (fsdp_st_publish(staging, &plan, err) == 0 && fsdp_hf_publish_configs(staging, err) == 0 &&
+            (!tokenizer[0] || fsdp_tokenizer_publish(staging, err) == 0)) {
             /* FSDP_TEST_FAIL counts two more points after the pieces: the new model complete beside
              * --out, then --out switched to it with the old model not yet removed. */
             fsdp_fault_point(pieces + 1);

@@ -17,6 +17,11 @@
  * What the export writes is never what it reads (base/output_paths.h); a directory that already
  * holds a model is refused unless `force`.
  *
+ * The export carries a tokenizer (io/tokenizer_export.h): --tokenizer, else a Hugging Face source
+ * directory's own, else the one a checkpoint's token file was prepared with (recorded in the
+ * checkpoint's identity) while that file is still there with the same hash; without one a line says
+ * so and how to add it.
+ *
  * FSDP_TEST_FAIL (base/fault.h) counts, on each rank, the pieces it reads (1..P), then on rank 0
  * P+1: the new model complete beside --out, and P+2: --out switched, the old model not yet removed. */
 #ifndef FSDP_TRAIN_HF_EXPORT_H
@@ -37,6 +42,7 @@ typedef struct {
     int bf16;               /* else fp32 */
     int force;
     uint64_t max_shard_bytes; /* 0 = one file */
+    const char *tokenizer;    /* tokenizer.json or its directory; NULL = the source's (find_tokenizer) */
 } fsdp_export_options;
 
 int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err);

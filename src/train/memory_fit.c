@@ -16,6 +16,7 @@
 #include "../base/env.h"
 #include "../base/log.h"
 #include "../base/watchdog.h"
+#include "link_plan.h"
 #include "trainer.h"
 
 size_t fsdp_fit_backend_limit(const fsdp_trainer *t) {
@@ -116,11 +117,63 @@ static int next_candidate(const fsdp_train_options *o, int world, int mbs) {
     return 0;
 }
 
+/* --strategy auto: the fastest row of the plan's table (link_plan.h) that fits, varying the reduce and
+ * gather dtypes and the accumulation where their flags were not given (as fsdp plan does); with --mbs
+ * auto each row at the largest micro-batch it fits. One line says what it chose and why. Every rank
+ * computes the same table from the same agreed inputs. The backend was made with the gradient dtype of
+ * the options before the choice: it follows the chosen reduce dtype. */
+static int choose_strategy(fsdp_trainer *t, const fsdp_plan_place *place, fsdp_err *err) {
+    fsdp_train_options *o = &t->opt;
+    int nodes = t->topo.num_nodes;
+    if (nodes > 1 && o->link_gbps <= 0.0)
+        return fsdp_usagef(err, "--strategy auto on %d nodes needs --link-gbps: the bus bandwidth per GPU between "
+                                "them (NCCL's busbw; NDR200 InfiniBand about 25)", nodes);
+    fsdp_link link = {nodes, o->link_gbps, o->intra_gbps};
+    fsdp_rates rates = {o->auto_tflops, o->auto_update_gbps, o->auto_interference, o->auto_gather_interference};
+    fsdp_link_choices ch = {1, o->auto_vary_reduce, o->auto_vary_gather, o->auto_vary_accumulate, t->fit_budget};
+    if (o->mbs_auto && !t->fit_budget)
+        return fsdp_usagef(err, "--mbs auto on the CPU backend needs --memory-limit GiB (the memory each rank may use)");
+    fsdp_link_table table;
+    fsdp_link_table_build(&t->cfg, o, place, &link, &rates, &ch, &table);
+    const fsdp_link_row *best = fsdp_link_table_best(&table);
+    if (!best) {
+        fsdp_link_table_free(&table);
+        char b[32];
+        return fsdp_errf(err, "--strategy auto: no strategy fits in %s per %s", fsdp_bytes_text((double)t->fit_budget, b),
+                         fsdp_trainer_per_what(t));
+    }
+    char others[512] = "", on[96], name[160], other[160];
+    size_t used = 0;
+    for (int i = 1; i < table.n && used < sizeof others; i++) {
+        const fsdp_link_row *r = &table.rows[i];
+        if (i > 3) break; /* the next three say enough; fsdp plan prints them all */
+        fsdp_link_row_name(r, other, sizeof other);
+        int n = r->fits == 0 ? snprintf(others + used, sizeof others - used, "%s %s does not fit", i > 1 ? ";" : "", other)
+                             : snprintf(others + used, sizeof others - used, "%s %s %.0f", i > 1 ? ";" : "", other,
+                                        r->time.tokens_per_s_per_gpu);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    if (nodes > 1) snprintf(on, sizeof on, "%d nodes, %g GB/s per GPU between them", nodes, o->link_gbps);
+    else snprintf(on, sizeof on, "one node, %g GB/s per GPU inside it (NVLink-class)", o->intra_gbps);
+    fsdp_link_row_name(best, name, sizeof name);
+    fsdp_log("strategy: --strategy auto chose %s at micro-batch %d: %.0f tokens/s/%s predicted on %s (%s; next:%s); "
+             "compute %.4g TFLOP/s, %s\n",
+             name, best->o.mbs, best->time.tokens_per_s_per_gpu, fsdp_trainer_per_what(t),
+             on, best->time.exposed_ms > 0.05 * best->time.step_ms ? "communication partly exposed" : "communication hidden",
+             table.n > 1 ? others : " none", rates.tflops, o->auto_rate_source);
+    o->strategy = best->o.strategy;
+    o->reduce_dtype = best->o.reduce_dtype, o->gather_dtype = best->o.gather_dtype, o->accumulate = best->o.accumulate;
+    t->be->grad_dtype = fsdp_plan_grad_dtype(o);
+    fsdp_link_table_free(&table);
+    return 0;
+}
+
 int fsdp_fit_choose(fsdp_trainer *t, fsdp_err *err) {
     fsdp_train_options *o = &t->opt;
     fsdp_plan_place place = place_of(t);
     int world = place.world;
     t->fit_budget = agreed_budget(t);
+    if (o->strategy_auto && t->step_downs == 0 && choose_strategy(t, &place, err)) return -1;
     if (o->global_batch > 0 && o->global_batch % world)
         return fsdp_usagef(err, "--global-batch %d is not a multiple of the %d ranks", o->global_batch, world);
     if (o->mbs_auto && t->step_downs == 0) {

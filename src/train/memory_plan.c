@@ -90,6 +90,9 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
     so->forward_order = order;
     so->forward_order_len = cfg->num_layers + 2;
     so->forward_only = o->forward_only;
+    /* hpZ: resolved to the secondary group's size by fsdp_reshard_resolve (a size that does not fit a
+     * planned place, as --mbs auto's advice tries other ones, plans none: fsdp_engine_mode_of). */
+    so->reshard_size = o->reshard_after_forward > 0 ? o->reshard_after_forward : 0;
     if (fsdp_plan_embed_rows(cfg, o, world)) {
         /* fsdp_model_embed_grad_rows: one row of the hidden size per token of the micro-batch. */
         so->rows_capacity = o->mbs * o->seq;
@@ -100,7 +103,7 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
 fsdp_model_shape fsdp_plan_model_shape(const fsdp_model_config *cfg, const fsdp_train_options *o) {
     /* Activation recomputation is part of the shape: the arena that fsdp_model_activation_parts
      * walks keeps less, and the plans (and --mbs auto) follow. */
-    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk, {0.0f, 0.0f}, o->recompute};
+    fsdp_model_shape shape = {o->mbs, o->seq, o->attn, o->head_chunk, {0.0f, 0.0f}, o->recompute, o->fp8};
     fsdp_err err = {0};
     /* Rates of 1 are refused before anything is planned or built (fsdp_model_dropout_rates). */
     fsdp_model_dropout_rates(cfg, o->dropout_set, o->dropout_rate, &shape.dropout, &err);
@@ -115,7 +118,7 @@ void fsdp_plan_op_extent(const fsdp_model_config *cfg, const fsdp_train_options 
     x->hidden = cfg->hidden_size;
     /* The widest bias whose gradient a product sums: qkv, the output projection, the MLP's first
      * product (gate|up for SwiGLU) and its second. */
-    int mlp_in = cfg->family->mlp == FSDP_MLP_SWIGLU ? 2 * cfg->intermediate_size : cfg->intermediate_size;
+    int mlp_in = fsdp_block_kind_of(cfg).swiglu ? 2 * cfg->intermediate_size : cfg->intermediate_size;
     if ((cfg->biases & FSDP_BIAS_QKV) && qkv > x->widest_bias) x->widest_bias = qkv;
     if ((cfg->biases & (FSDP_BIAS_O | FSDP_BIAS_MLP)) && cfg->hidden_size > x->widest_bias)
         x->widest_bias = cfg->hidden_size;
@@ -127,6 +130,18 @@ void fsdp_plan_op_extent(const fsdp_model_config *cfg, const fsdp_train_options 
     x->attn_dropout = fsdp_plan_model_shape(cfg, o).dropout.attention > 0.0f;
     x->act_dtype = o->compute_dtype;
     x->longest_sum = total_shard; /* the gradient norm's sum of squares over every shard */
+    if (o->fp8 != FSDP_FP8_NONE) { /* the operands of the block's four projections, one at a time */
+        const int q = cfg->num_heads * cfg->head_dim, C = cfg->hidden_size, F = cfg->intermediate_size;
+        const int proj[4][2] = {{C, qkv}, {q, C}, {C, mlp_in}, {F, C}};
+        /* Rowwise scales: CUDA 13's cuBLASLt found no algorithm for outer-vector scales on an H200
+         * (bench/results/2026-11-27-nvidia-h200-fp8-bench.md), so the product goes through fp32 and an
+         * epilogue applies the scales: its fp32 buffer is planned for. */
+        const int epilogue = o->fp8 == FSDP_FP8_ROWWISE;
+        for (int i = 0; i < 4; i++) {
+            size_t b = fsdp_fp8_layer_scratch(x->tokens, proj[i][0], proj[i][1], epilogue);
+            if (b > x->fp8_scratch) x->fp8_scratch = b;
+        }
+    }
 }
 
 void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_options *o, const fsdp_plan_place *place,
@@ -231,6 +246,8 @@ void fsdp_memory_plan_line(const fsdp_memory_plan *p, char *buf, size_t cap) {
     size_t used = n > 0 ? (size_t)n : 0;
     if (e->grad_rows && used < cap) used += (size_t)snprintf(buf + used, cap - used, " + gradient rows %.2f", IN(e->grad_rows));
     if (e->staging && used < cap) used += (size_t)snprintf(buf + used, cap - used, " + staging %.2f", IN(e->staging));
+    if (e->secondary && used < cap)
+        used += (size_t)snprintf(buf + used, cap - used, " + secondary copy (hpZ) %.2f", IN(e->secondary));
     if (used < cap)
         used += (size_t)snprintf(buf + used, cap - used, " + activations %.2f + workspace %.2f = %.2f %s reserved",
                                  IN(p->activations), IN(p->workspace.total + p->step_scalars), IN(p->reserved), u.name);

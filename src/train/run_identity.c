@@ -25,6 +25,8 @@ static const size_t MATHS[] = {offsetof(fsdp_model_config, norm_eps), offsetof(f
 
 static int changes_maths(const fsdp_hf_field *fd) {
     if (fd->flags & FSDP_HF_UNWRITTEN) return 0;
+    /* Mistral's attention window: an integer that changes what attention sees, not a shape. */
+    if (fd->kind == FSDP_HF_INT && fd->offset == offsetof(fsdp_model_config, sliding_window)) return 1;
     if (fd->kind != FSDP_HF_REAL && fd->kind != FSDP_HF_RATE && fd->kind != FSDP_HF_TOKEN_ID) return 0;
     for (size_t i = 0; i < sizeof MATHS / sizeof MATHS[0]; i++)
         if (fd->offset == MATHS[i]) return 1;
@@ -63,8 +65,12 @@ static json_t *data_record(const fsdp_data_identity *id) {
 
 char *fsdp_identity_text(const fsdp_model_config *cfg, const fsdp_data *data) {
     fsdp_data_identity id = fsdp_data_identity_of(data);
-    json_t *r = json_object();
-    if (!r || json_object_set_new(r, "data", data_record(&id)) || json_object_set_new(r, "config", config_record(cfg)))
+    json_t *r = json_object(), *d = data_record(&id);
+    /* Where the token file's tokenizer was, for `fsdp export` to find it again (not compared on
+     * resume: the hash is the identity; a path that is not UTF-8 is left out). */
+    json_t *where = !data->synthetic && data->file.tokenizer_path[0] ? json_string(data->file.tokenizer_path) : NULL;
+    if (where) json_object_set_new(d, "tokenizer", where);
+    if (!r || json_object_set_new(r, "data", d) || json_object_set_new(r, "config", config_record(cfg)))
         fsdp_fatal("out of host memory building the checkpoint's identity");
     char *text = fsdp_json_text(r, 0, PRECISION);
     json_decref(r);
@@ -178,6 +184,22 @@ int fsdp_identity_check_resume(const fsdp_identity_resume *r, const char *saved,
     int rc = check_data(r, record, err) || check_config(r, record, err) ? -1 : 0;
     json_decref(record);
     return rc;
+}
+
+void fsdp_identity_note_eval(const char *path, const char *saved, const fsdp_data *data, const char *data_flag) {
+    if (!saved) return;
+    fsdp_err ignored = {0};
+    json_t *record = parse(path, saved, &ignored);
+    if (!record) return;
+    fsdp_data_identity was = data_of(record), now = fsdp_data_identity_of(data);
+    json_decref(record);
+    if (!fsdp_data_identity_differs(&was, &now)) return;
+    char before[160], after[160];
+    describe_data(&was, before, sizeof before);
+    describe_data(&now, after, sizeof after);
+    fsdp_warn("--checkpoint %s was trained on %s, but --data %s holds %s: the same ids mean other words to it, so "
+              "this loss does not measure the model on this text",
+              path, before, data_flag, after);
 }
 
 /* ---- fsdp verify ------------------------------------------------------------------------------------------ */

@@ -39,6 +39,11 @@ typedef struct {
 } fsdp_identity_resume;
 int fsdp_identity_check_resume(const fsdp_identity_resume *r, const char *saved, fsdp_err *err);
 
+/* fsdp eval --checkpoint: one line (rank 0) when the evaluated data's ids are not those the
+ * checkpoint was trained on (another tokenizer or vocabulary, or synthetic tokens): the loss is then
+ * no measure of the model. Nothing when the record is missing or agrees. */
+void fsdp_identity_note_eval(const char *path, const char *saved, const fsdp_data *data, const char *data_flag);
+
 /* fsdp verify: the record's config values must be those of the checkpoint's own config (`cfg`,
  * parsed from it); `desc` gets what the record says, for the verify line ("no record ..." when
  * `saved` is NULL). 0, or -1 with one line naming the file and the field. */

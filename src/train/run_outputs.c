@@ -1,9 +1,13 @@
 /* The output/input lists of train and eval (run_outputs.h). */
 #include "run_outputs.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../base/agree.h"
+#include "../base/files.h"
 #include "../base/output_paths.h"
 #include "../io/ckpt_dir.h"
 #include "../io/export_dir.h"
@@ -41,4 +45,28 @@ int fsdp_run_outputs_apart(MPI_Comm comm, const fsdp_train_options *o, fsdp_err 
             fsdp_outputs_apart(ckpt, 1, inputs, n, err);
     }
     return fsdp_agree(comm, err);
+}
+
+int fsdp_run_outputs_metrics_dir(const char *path, fsdp_err *err) {
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return fsdp_usagef(err, "--metrics %s: path too long", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return 0; /* the working folder or the root: there */
+    *slash = '\0';
+    /* Each prefix in turn: mkdir makes what is missing; one that exists must be a directory. */
+    for (char *p = dir + 1;; p++) {
+        char c = *p;
+        if (c != '/' && c != '\0') continue;
+        *p = '\0';
+        struct stat st;
+        if (stat(dir, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return fsdp_usagef(err, "--metrics %s: %s is %s, not a directory", path, dir,
+                                   fsdp_file_type_name(st.st_mode));
+        } else if (errno != ENOENT || (mkdir(dir, 0777) != 0 && errno != EEXIST)) {
+            return fsdp_errf(err, "--metrics %s: cannot create the folder %s: %s (rank 0)", path, dir, strerror(errno));
+        }
+        *p = c;
+        if (!c) return 0;
+    }
 }

@@ -19,4 +19,10 @@
 /* Collective: rank 0 looks, every rank gets its verdict. */
 int fsdp_run_outputs_apart(MPI_Comm comm, const fsdp_train_options *o, fsdp_err *err);
 
+/* Rank 0, right before --metrics is opened: the folders of `path` that do not exist yet are made (as
+ * --ckpt-dir is made, and as `report --out` makes its parents), so that `--metrics runs/a/m.jsonl`
+ * works in a fresh tree. A part of the path that exists and is not a directory (or a link to one)
+ * is refused in one line naming it; nothing is made above it. */
+int fsdp_run_outputs_metrics_dir(const char *path, fsdp_err *err);
+
 #endif

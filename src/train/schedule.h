@@ -22,4 +22,14 @@ json_t *fsdp_schedule_json(const fsdp_schedule *s, int step);
  * last_lr must be the rate its own schedule gives at `step`. -1 with a message naming `origin`. */
 int fsdp_schedule_check_record(const char *json_text, int64_t step, const char *origin, fsdp_err *err);
 
+/* --resume under this run's schedule `now` from a checkpoint saved at `step` with the record
+ * `json_text`: a schedule that differs (total steps, lr, min_lr, warm-up) would make the rate jump at
+ * step + 1 (transformers and torchtitan rebuild the scheduler from the new total and so re-span the
+ * cosine silently). Where the rate of step + 1 differs from the one the checkpoint's schedule gives
+ * (by more than 1e-6 relative), refused in one line naming --steps (or the flag that differs), the checkpoint's
+ * value and --allow-schedule-change; with `allow`, one line says from which rate to which it jumps.
+ * A checkpoint of step 0 (the initial weights) has applied no rate: any schedule may start from it. */
+int fsdp_schedule_check_resume(const char *json_text, const fsdp_schedule *now, int64_t step, int allow,
+                               const char *origin, fsdp_err *err);
+
 #endif

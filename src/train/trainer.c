@@ -19,7 +19,9 @@
 #include "checkpointing.h"
 #include "optimizer.h"
 #include "preemption.h"
+#include "reshard.h"
 #include "run_outputs.h"
+#include "trace_run.h"
 #include "unigram.h"
 
 /* Where a step's time goes, from events on the compute stream (waits for communication included):
@@ -103,9 +105,31 @@ static void reserve_scratch(fsdp_trainer *t) {
     t->be->runtime->reserve_scratch(t->be, fsdp_device_op_scratch(t->be->kind, &x));
 }
 
+/* --fp8: the device must have FP8 products, and the tokens of a micro-batch and every projection's
+ * sizes must be multiples of 16 (src/kernels/fp8.h). */
+static void check_fp8(const fsdp_trainer *t, fsdp_err *err) {
+    const fsdp_train_options *o = &t->opt;
+    if (o->fp8 == FSDP_FP8_NONE || err->failed) return;
+    if (!t->be->fp8_products) {
+        fsdp_usagef(err, "--fp8 %s: %s", fsdp_fp8_name(o->fp8), t->be->fp8_unavailable);
+        return;
+    }
+    const fsdp_model_config *c = &t->cfg;
+    const long N = (long)o->mbs * o->seq, C = c->hidden_size, F = c->intermediate_size;
+    const long q = (long)c->num_heads * c->head_dim, qkv = (long)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
+    const long mlp_in = fsdp_block_kind_of(c).swiglu ? 2 * F : F;
+    if (!fsdp_fp8_shape_ok(N, C, qkv) || !fsdp_fp8_shape_ok(N, q, C) || !fsdp_fp8_shape_ok(N, C, mlp_in) ||
+        !fsdp_fp8_shape_ok(N, F, C))
+        fsdp_usagef(err,
+                    "--fp8 %s needs multiples of %d: tokens per micro-batch (--mbs %d x --seq %d = %ld), hidden size "
+                    "%ld, q|k|v width %ld, attention output %ld and intermediate size %ld",
+                    fsdp_fp8_name(o->fp8), FSDP_FP8_DIM_MULTIPLE, o->mbs, o->seq, N, C, qkv, q, F);
+}
+
 static int setup(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
-    if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0) {
+    if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0 &&
+        fsdp_reshard_resolve("train", &t->opt, t->topo.world, t->topo.node_size, t->topo.uniform_nodes, err) == 0) {
         int rc = o->init_from ? fsdp_init_from_config(t->world, o->init_from, o->model, &t->cfg, err)
                               : fsdp_train_load_model(o->model, &t->cfg, err);
         if (rc == 0) check_seq(t, err);
@@ -129,6 +153,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     if (fsdp_agree(t->world, err)) return -1;
     fsdp_fit_choose(t, err); /* the micro-batch of --mbs auto, the accumulation of --global-batch */
     if (!err->failed) fsdp_plan_check_embed_rows("train", o, t->topo.world, err);
+    check_fp8(t, err);
     if (fsdp_agree(t->world, err)) return -1;
     if (fsdp_host_memory_check(t, err)) return -1;
 
@@ -168,6 +193,7 @@ static void teardown(fsdp_trainer *t) {
         t->be->runtime->stream_synchronize(t->be, t->be->compute);
         fsdp_model_destroy(t->model);
         fsdp_optimizer_destroy(t->optim);
+        fsdp_trace_run_close(t); /* its events first, and the engine's hooks */
         fsdp_engine_destroy(t->eng);
         if (t->host_inputs) t->be->runtime->free_host(t->be, t->host_inputs);
         if (t->host_targets) t->be->runtime->free_host(t->be, t->host_targets);
@@ -223,11 +249,16 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
 
     if (a == 0 && (fsdp_fault_nonfinite(t->step + 1) & 1)) grad_scale = NAN; /* FSDP_TEST_FAIL=...:nan */
     const void *embed = fsdp_engine_params(e, E);
+    int mark_at = fsdp_trace_mark(t); /* --trace: each unit's compute is a span from here */
     fsdp_model_embed_forward(m, embed);
+    fsdp_trace_compute(t, mark_at, "fwd", E);
     fsdp_engine_done_forward(e, E);
     for (int i = 0; i < L; i++) {
         int u = fsdp_unit_block(l, i);
-        fsdp_model_block_forward(m, i, fsdp_engine_params(e, u));
+        const void *p = fsdp_engine_params(e, u);
+        mark_at = fsdp_trace_mark(t);
+        fsdp_model_block_forward(m, i, p);
+        fsdp_trace_compute(t, mark_at, "fwd", u);
         fsdp_engine_done_forward(e, u);
     }
     if (a == 0) fsdp_fault_point(t->step + 1);
@@ -235,8 +266,10 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     const void *head = fsdp_engine_params(e, H);
     void *head_grads = fsdp_engine_grads(e, H);
     int tied = t->cfg.tie_word_embeddings;
-    fsdp_model_head(m, head, head_grads, tied ? embed : NULL, tied ? fsdp_engine_grads(e, E) : NULL, grad_scale,
-                    t->dev_scalars + SCALAR_LOSS);
+    void *tied_grads = tied ? fsdp_engine_grads(e, E) : NULL;
+    mark_at = fsdp_trace_mark(t);
+    fsdp_model_head(m, head, head_grads, tied ? embed : NULL, tied_grads, grad_scale, t->dev_scalars + SCALAR_LOSS);
+    fsdp_trace_compute(t, mark_at, NULL, H);
     fsdp_engine_done_backward(e, H);
     /* With rows, the dense part of a tied matrix is only the head's share: reduce it now, behind the
      * blocks' backward, instead of at the end of the micro-batch. */
@@ -245,17 +278,25 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     for (int i = L - 1; i >= 0; i--) {
         int u = fsdp_unit_block(l, i);
         const void *p = fsdp_engine_params(e, u);
-        fsdp_model_block_backward(m, i, p, fsdp_engine_grads(e, u));
+        void *g = fsdp_engine_grads(e, u);
+        mark_at = fsdp_trace_mark(t);
+        fsdp_model_block_backward(m, i, p, g);
+        fsdp_trace_compute(t, mark_at, "bwd", u);
         fsdp_engine_done_backward(e, u);
     }
     if (t->embed_rows) {
         fsdp_row_set sets[FSDP_MAX_ROW_SETS];
         const void *values;
         int count, row_len;
+        mark_at = fsdp_trace_mark(t);
         int nsets = fsdp_model_embed_grad_rows(m, sets, &values, &count, &row_len);
+        fsdp_trace_compute(t, mark_at, "bwd", E);
         fsdp_engine_add_rows(e, E, sets, nsets, values, count, row_len);
     } else {
-        fsdp_model_embed_backward(m, NULL, fsdp_engine_grads(e, E));
+        void *g = fsdp_engine_grads(e, E);
+        mark_at = fsdp_trace_mark(t);
+        fsdp_model_embed_backward(m, NULL, g);
+        fsdp_trace_compute(t, mark_at, "bwd", E);
     }
     fsdp_engine_done_backward(e, E);
     mark(t, a, PHASE_BACKWARD);
@@ -296,8 +337,11 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     fsdp_backend *be = t->be;
     const fsdp_train_options *o = &t->opt;
     double t0 = fsdp_now();
+    fsdp_trace *rec = fsdp_trace_run_recorder(t); /* --trace's host phases; NULL without */
+    double phase_at = fsdp_trace_host_begin(rec);
     int64_t counted = load_step_data(t, err);
     if (counted < 0) return -1;
+    fsdp_trace_host_end(rec, phase_at, "data");
     float grad_scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
 
     be->runtime->zero(be, t->dev_scalars, STEP_OWN_SCALARS * sizeof(float), be->compute);
@@ -315,6 +359,7 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     /* The loss and the gradient norm are looked at before the update: a step that is not finite
      * is not applied (src/train/checkpointing.h: a poisoned model is never saved). */
     fsdp_optimizer_grad_sumsq(t->eng, &sc);
+    phase_at = fsdp_trace_host_begin(rec);
     be->runtime->copy_d2h(be, t->host_scalars, t->dev_scalars, STEP_OWN_SCALARS * sizeof(float), be->compute);
     be->runtime->stream_synchronize(be, be->compute);
     double sums[2] = {t->host_scalars[SCALAR_LOSS], isfinite(t->host_scalars[SCALAR_SUMSQ]) ? 0.0 : 1.0};
@@ -323,12 +368,18 @@ static int train_step(fsdp_trainer *t, step_result *r, fsdp_err *err) {
     r->loss = counted > 0 ? sums[0] / (double)counted : 0.0;
     r->grad_norm = sqrt((double)t->host_scalars[SCALAR_SUMSQ]);
     r->skipped = !isfinite(r->loss) || sums[1] != 0.0;
+    fsdp_trace_host_end(rec, phase_at, "wait for the loss");
     if (!r->skipped) {
+        int mark_at = fsdp_trace_mark(t);
         fsdp_optimizer_update(t->optim, t->eng, &args, (float)o->clip, &sc);
+        fsdp_trace_compute(t, mark_at, "optimizer step", -1);
         if (fsdp_fault_poison(step)) fsdp_trainer_poison(t); /* FSDP_TEST_FAIL=...:poison */
     }
     mark(t, 0, PHASE_OPTIMIZER);
+    phase_at = fsdp_trace_host_begin(rec);
     be->runtime->stream_synchronize(be, be->compute);
+    fsdp_trace_host_end(rec, phase_at, "wait for the update");
+    fsdp_trace_step_end(t); /* the compute stream is idle: the trace's anchor */
     for (int i = 0; i + 1 < PHASES; i++)
         r->phase_ms[i] = be->runtime->event_elapsed_ms(be, t->phase[i], t->phase[i + 1]);
     r->lr = args.lr;
@@ -389,7 +440,13 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
                                 fsdp_json_number(p[3]), "optimizer_ms", fsdp_json_number(p[4]), "samples_seen",
                                 (json_int_t)t->samples_seen, "skipped_steps", t->skipped_steps, "time_s",
                                 fsdp_json_number(r->time_s));
-        if (!rec || json_object_set_new(rec, "comm_bytes", comm_bytes_json(&r->sent)))
+        /* MFU and memory per step too (the summary's are over the run and the ranks): rank 0's
+         * reservation so far, the model FLOPs of this step's throughput where the peak is known */
+        double peak = t->be->peak_tflops, tflops = tps * fsdp_model_flops_per_token(&t->cfg, o->seq) / 1e12;
+        if (!rec || json_object_set_new(rec, "comm_bytes", comm_bytes_json(&r->sent)) ||
+            json_object_set_new(rec, "reserved_gib",
+                                fsdp_json_number((double)t->be->max_reserved_bytes / (double)(1ull << 30))) ||
+            (peak > 0 && json_object_set_new(rec, "mfu", fsdp_json_number(tflops / peak))))
             fsdp_fatal("out of host memory building a metrics record");
         fsdp_metrics_write(t->metrics, rec, err);
         json_decref(rec);
@@ -402,8 +459,10 @@ static void report_step(fsdp_trainer *t, const step_result *r, double tps, doubl
 static json_t *summary_config(const fsdp_trainer *t) {
     const fsdp_train_options *o = &t->opt;
     long long global_batch = (long long)o->mbs * o->grad_accum * t->topo.world;
-    /* A model path that is not UTF-8 cannot be a JSON string: null keeps the other fields. */
-    json_t *model = json_string(o->model);
+    /* A fine-tune started with --init-from alone is its directory's model (or the checkpoint's): the
+     * report groups and names runs by it. A model path that is not UTF-8 cannot be a JSON string:
+     * null keeps the other fields. */
+    json_t *model = json_string(o->model ? o->model : o->init_from);
     json_t *cfg = json_pack("{s:o, s:I, s:i, s:i, s:i, s:I, s:I, s:s, s:s, s:s, s:i, s:i}", "model",
                             model ? model : json_null(), "params", (json_int_t)fsdp_model_num_params(&t->cfg),
                             "mbs", o->mbs, "seq", o->seq, "grad_accum", o->grad_accum, "global_batch",
@@ -413,10 +472,14 @@ static json_t *summary_config(const fsdp_trainer *t) {
                             o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", "nodes", t->topo.num_nodes,
                             "ranks_per_node", t->topo.node_size);
     if (!cfg || json_object_set_new(cfg, "recompute", json_string(fsdp_recompute_name(o->recompute))) ||
+        json_object_set_new(cfg, "fp8", json_string(fsdp_fp8_name(o->fp8))) ||
         json_object_set_new(cfg, "reduce_dtype", json_string(fsdp_dtype_name(o->reduce_dtype))) ||
         json_object_set_new(cfg, "gather_dtype", json_string(fsdp_dtype_name(o->gather_dtype))) ||
         json_object_set_new(cfg, "accumulate",
-                            json_string(fsdp_plan_accumulate_local(o, t->topo.world) ? "local" : "sharded")))
+                            json_string(fsdp_plan_accumulate_local(o, t->topo.world) ? "local" : "sharded")) ||
+        json_object_set_new(cfg, "reshard_after_forward", fsdp_engine_secondary_size(t->eng)
+                                                              ? json_integer(fsdp_engine_secondary_size(t->eng))
+                                                              : json_null()))
         fsdp_fatal("out of host memory building the metrics summary");
     return cfg;
 }
@@ -471,6 +534,8 @@ static void report_summary(fsdp_trainer *t, int steps_run, double timed_s, int t
         if (json_object_set_new(rec, "comm_bytes_per_step", comm_bytes_json(&mean)) ||
             json_object_set_new(rec, "comm_bytes_min", comm_bytes_json(&t->comm_min)))
             fsdp_fatal("out of host memory building the metrics summary");
+        json_t *trace = fsdp_trace_run_json(t); /* --trace's figures, the ranks' mean */
+        if (trace && json_object_set_new(rec, "trace", trace)) fsdp_fatal("out of host memory building the metrics summary");
         json_t *cfg = summary_config(t);
         if (!rec || json_object_update(rec, cfg) != 0) fsdp_fatal("out of host memory building the metrics summary");
         json_decref(cfg);
@@ -496,10 +561,13 @@ static void describe_run(fsdp_trainer *t) {
     double params = (double)fsdp_model_num_params(&t->cfg);
     fsdp_log("fsdp.c %s | model %s: %s, %.2f%s parameters\n", FSDP_VERSION, o->init_from ? o->init_from : o->model, model,
              params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
-    fsdp_log("device %s x %d ranks | strategy %s (shard group %d, replica group %d) | %s master, %s compute, %s "
+    char hpz[80] = ""; /* --reshard-after-forward */
+    if (fsdp_engine_secondary_size(t->eng))
+        snprintf(hpz, sizeof hpz, ", hpZ: resharded to %d after forward", fsdp_engine_secondary_size(t->eng));
+    fsdp_log("device %s x %d ranks | strategy %s (shard group %d, replica group %d%s) | %s master, %s compute, %s "
              "reduce, %s gather | attention %s | embedding gradient %s\n",
              t->be->device_name, t->topo.world, fsdp_strategy_name(o->strategy), fsdp_engine_shard_size(t->eng),
-             fsdp_engine_replica_size(t->eng), fsdp_dtype_name(o->master_dtype), fsdp_dtype_name(o->compute_dtype),
+             fsdp_engine_replica_size(t->eng), hpz, fsdp_dtype_name(o->master_dtype), fsdp_dtype_name(o->compute_dtype),
              fsdp_dtype_name(o->reduce_dtype), fsdp_dtype_name(o->gather_dtype),
              o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", t->embed_rows ? "rows" : "dense");
     char dropout[160], data[1024];
@@ -507,16 +575,20 @@ static void describe_run(fsdp_trainer *t) {
     fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
     fsdp_data_describe(&t->data, data, sizeof data);
     fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step%s | data %s | "
-             "recompute %s | dropout %s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world,
+             "recompute %s | dropout %s%s%s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world,
              o->seq, o->grad_accum < 2 ? "" : fsdp_plan_accumulate_local(o, t->topo.world) ? " (accumulated locally, reduced once)"
                                                                                    : " (reduced every micro-batch)",
-             data, fsdp_recompute_name(o->recompute), dropout);
+             data, fsdp_recompute_name(o->recompute), dropout, o->fp8 ? " | fp8 " : "", o->fp8 ? fsdp_fp8_name(o->fp8) : "");
     if (t->topo.world > 1) {
         fsdp_comm_bytes *m = &t->comm_min;
         double unit = m->total >= 1e8 ? 1e9 : m->total >= 1e5 ? 1e6 : 1e3;
-        fsdp_log("network: at least %.3f %s sent per rank and step (all-gathers %.3f, reductions %.3f, replica "
+        char inside[96] = ""; /* hpZ: the backward's gathers, inside the secondary group */
+        if (fsdp_engine_secondary_size(t->eng))
+            snprintf(inside, sizeof inside, ", backward all-gathers inside groups of %d %.3f",
+                     fsdp_engine_secondary_size(t->eng), m->bytes[FSDP_COMM_GATHER_SECONDARY] / unit);
+        fsdp_log("network: at least %.3f %s sent per rank and step (all-gathers %.3f%s, reductions %.3f, replica "
                  "all-reduces %.3f)\n", m->total / unit, unit == 1e9 ? "GB" : unit == 1e6 ? "MB" : "kB",
-                 m->bytes[FSDP_COMM_GATHER] / unit, m->bytes[FSDP_COMM_REDUCE] / unit,
+                 m->bytes[FSDP_COMM_GATHER] / unit, inside, m->bytes[FSDP_COMM_REDUCE] / unit,
                  m->bytes[FSDP_COMM_REPLICA] / unit);
     }
     if (o->epochs > 0)
@@ -570,11 +642,15 @@ static int setup_fitting(fsdp_trainer *t, fsdp_err *err) {
 
 static int run(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
-    if (fsdp_run_outputs_apart(t->world, o, err) || setup_fitting(t, err)) return -1;
+    if (fsdp_run_outputs_apart(t->world, o, err) || fsdp_trace_check_paths(t, err) || setup_fitting(t, err)) return -1;
     int resumed = 0;
     if (fsdp_ckpt_setup(t, &resumed, err)) return -1;
-    if (o->metrics && fsdp_rank() == 0 && fsdp_regular_or_absent(o->metrics, "--metrics", err) >= 0)
+    if (fsdp_trace_run_open(t, err)) return -1; /* --trace: refused before --metrics is truncated */
+    if (o->metrics && fsdp_rank() == 0 && fsdp_run_outputs_metrics_dir(o->metrics, err) == 0 &&
+        fsdp_regular_or_absent(o->metrics, "--metrics", err) >= 0)
         t->metrics = fsdp_metrics_open(o->metrics, resumed, err);
+    if (o->tensorboard && fsdp_rank() == 0 && !err->failed)
+        fsdp_metrics_tensorboard(&t->metrics, o->tensorboard, resumed, err);
     if (fsdp_agree(t->world, err)) return -1;
 
     describe_run(t);
@@ -606,15 +682,21 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
             t->comm_steps++;
         }
         fsdp_eval_result ev, *evaluated = NULL;
+        double phase_at = fsdp_trace_host_begin(fsdp_trace_run_recorder(t));
         if (o->eval_data && o->eval_every > 0 && t->step % o->eval_every == 0) {
             if (fsdp_evaluate(t, &t->eval_data, &ev, err)) break;
             evaluated = &ev;
+            fsdp_trace_host_end(fsdp_trace_run_recorder(t), phase_at, "eval");
         }
         double avg = (fsdp_now() - start) / (t->step - t->first_step);
         double tps = (double)o->grad_accum * o->mbs * o->seq / (r.step_ms / 1e3);
         r.time_s = fsdp_now() - start;
         report_step(t, &r, tps, avg * (o->steps - t->step), evaluated, err);
+        int saves = o->ckpt_dir && ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || t->step == o->steps);
+        phase_at = fsdp_trace_host_begin(fsdp_trace_run_recorder(t));
         if (fsdp_ckpt_boundary(t, &stop, err)) break;
+        fsdp_trace_host_end(fsdp_trace_run_recorder(t), phase_at, saves ? "checkpoint save" : "step boundary");
+        if (fsdp_trace_after_step(t, err)) break;
     }
     if (fsdp_agree(t->world, err)) {
         fsdp_ckpt_settle(t);
@@ -628,6 +710,7 @@ static int run(fsdp_trainer *t, fsdp_err *err) {
         fsdp_eval_log(t, "eval at the end", &ev);
         if (fsdp_rank() == 0 && t->metrics) fsdp_eval_record(t, &ev, err);
     }
+    if (fsdp_trace_run_finish(t, err)) return -1;
     report_summary(t, t->step - t->first_step, timed_s, timed_steps, fsdp_now() - start, err);
     if (fsdp_agree(t->world, err)) return -1;
     if (!stop) return 0;

@@ -43,6 +43,7 @@ typedef struct {
     fsdp_comm_bytes comm_sum; /* what the timed steps sent, summed (the summary's mean) */
     int comm_steps;
     fsdp_saver *saver;
+    struct fsdp_trace_run *trace; /* --trace (src/train/trace_run.h), NULL without */
     int skipped_steps, consecutive_skips; /* steps not applied: non-finite loss or gradients */
     int first_step;                       /* the step this run started from */
 

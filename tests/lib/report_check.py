@@ -49,8 +49,15 @@ def gpu_hours(tps):
 
 # ---- Markdown ----
 
+# A report of CPU runs only names its columns per rank (tokens/s/rank, ranks, rank-hours): the checks
+# below compare values under the GPU names, so both spellings read as one.
+RANK_COLUMNS = {"tokens/s/rank": "tokens/s/GPU", "ranks": "GPUs", "rank-hours per 1e9 tokens": "GPU-hours per 1e9 tokens",
+                "TFLOP/s/rank": "TFLOP/s/GPU"}
+
+
 def sections(md):
-    """{'## heading': [table, ...]} where a table is a list of {column: cell} rows."""
+    """{'## heading': [table, ...]} where a table is a list of {column: cell} rows (rank columns under
+    their GPU names)."""
     out, heading, table, header = {}, None, None, None
     for line in md.splitlines():
         if line.startswith("#"):
@@ -62,7 +69,7 @@ def sections(md):
             continue
         cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
         if header is None:
-            header = cells
+            header = [RANK_COLUMNS.get(c, c) for c in cells]
             table = []
             out.setdefault(heading, []).append(table)
         elif all(set(c) <= set("-") for c in cells):

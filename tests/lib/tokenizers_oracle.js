@@ -4,6 +4,9 @@
 //       INPUT: one JSON string per line -> OUTPUT: that text's ids, space-separated, one line each
 //   node tokenizers_oracle.js MODULE_DIR TOKENIZER_JSON decode INPUT.ids OUTPUT [skip|keep]
 //       INPUT: ids per line -> OUTPUT: one JSON string per line
+//   node tokenizers_oracle.js MODULE_DIR TOKENIZER_JSON all INPUT.jsonl OUTBASE
+//       both encodes and both decodes (of the ids with special tokens) of one load of the tokenizer:
+//       OUTBASE.special, OUTBASE.nospecial (ids), OUTBASE.skip, OUTBASE.keep (JSON strings)
 //   node tokenizers_oracle.js MODULE_DIR TOKENIZER_JSON bench TEXT_FILE CHUNK_BYTES REPEATS
 //       encodes the file in chunks of whole lines one call at a time (single-threaded) and prints
 //       {"bytes":..., "seconds":[...], "tokens":...} as JSON
@@ -39,6 +42,23 @@ async function decode() {
   fs.writeFileSync(output, out.join('\n') + (out.length ? '\n' : ''));
 }
 
+async function all() {
+  const texts = lines(input).map((l) => JSON.parse(l));
+  const ids = {special: [], nospecial: []};
+  for (const t of texts) {
+    for (const mode of ['special', 'nospecial']) {
+      ids[mode].push((await tokenizer.encode(t, null, {addSpecialTokens: mode === 'special'})).getIds());
+    }
+  }
+  const write = (suffix, rows) => fs.writeFileSync(output + '.' + suffix, rows.join('\n') + (rows.length ? '\n' : ''));
+  for (const mode of ['special', 'nospecial']) write(mode, ids[mode].map((r) => r.join(' ')));
+  for (const skip of ['skip', 'keep']) {
+    const out = [];
+    for (const r of ids.special) out.push(JSON.stringify(await tokenizer.decode(Array.from(r), skip === 'skip')));
+    write(skip, out);
+  }
+}
+
 async function bench() {
   // chunks end after the newline that brings them to at least CHUNK_BYTES, as bench/tokenizer_bench.c cuts
   const data = fs.readFileSync(input);
@@ -60,4 +80,4 @@ async function bench() {
   console.log(JSON.stringify({bytes: data.length, chunks: chunks.length, seconds, tokens}));
 }
 
-({encode, decode, bench})[mode]().catch((e) => { console.error(e); process.exit(1); });
+({encode, decode, all, bench})[mode]().catch((e) => { console.error(e); process.exit(1); });

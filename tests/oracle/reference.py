@@ -1,14 +1,19 @@
-"""Independent float64 PyTorch reference for fsdp.c's Llama, Qwen2 and OPT models.
+"""Independent float64 PyTorch reference for fsdp.c's Llama, Qwen2, Qwen3, Mistral and OPT models.
 
-Written from the published architectures as Hugging Face's LlamaForCausalLM, Qwen2ForCausalLM and
-OPTForCausalLM compute them (without importing transformers, and sharing no code with fsdp.c). It
+Written from the published architectures as Hugging Face's LlamaForCausalLM, Qwen2ForCausalLM,
+Qwen3ForCausalLM, MistralForCausalLM and OPTForCausalLM compute them (without importing transformers, and sharing no code with fsdp.c). It
 reads the weights of an oracle_dump file by their Hugging Face names, runs one forward and backward
 in float64, and returns the logits, the loss and d loss / d param for every parameter.
 
 Config fields are read the way transformers reads them, with its defaults: RoPE from rope_scaling
 and rope_theta (transformers 4) or rope_parameters (5); the biases of Llama's attention_bias (q, k,
 v, o) and mlp_bias, Qwen2's fixed q/k/v biases and OPT's enable_bias; the token embedding as
-nn.Embedding(padding_idx=pad_token_id), whose pad row gets no gradient from input tokens.
+nn.Embedding(padding_idx=pad_token_id), whose pad row gets no gradient from input tokens. Qwen3
+(modeling_qwen3.py): Qwen3RMSNorm(head_dim) on every query and key head (q_norm, k_norm) after the
+projections and before RoPE, head_dim its own field (default 128), attention_bias on q, k, v and o.
+Mistral (modeling_mistral.py): sliding_window (4096 when absent, none when null) masks every key j
+with j <= i - sliding_window for query i, as transformers' sliding-window mask (kv_idx > q_idx -
+sliding_window) does with sdpa and eager attention.
 
 Dropout, when the dump is a training pass (it then carries `dropout_seed` and `sample_base`), is
 applied where transformers applies it in training: OPT's `dropout` on the attention block's output
@@ -63,6 +68,10 @@ MUTATIONS = {
     "dropout_no_scale": "dropout: kept values not scaled by 1 / (1 - p)",
     "dropout_sites_swapped": "opt dropout: the attention output drawn with the MLP output's mask and vice versa",
     "dropout_probs_transposed": "attention dropout: the mask of (key, query) on (query, key)",
+    "qk_norm_after_rope": "qwen3: q_norm and k_norm applied after the rotary embedding instead of before",
+    "qk_norm_shared": "qwen3: the keys normalised with q_norm's weights",
+    "no_window": "mistral: sliding_window ignored (plain causal attention)",
+    "window_one_wider": "mistral: query i also sees key i - sliding_window",
 }
 
 
@@ -94,29 +103,46 @@ def load_dump(path):
 # Expected parameters (names and shapes) of each architecture
 
 
-LLAMA_LIKE = ("llama", "qwen2")
+LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral")
 # The special token defaults of each config class (OPTConfig pads with token 1).
-PAD_DEFAULT = {"llama": None, "qwen2": None, "opt": 1}
-TIE_DEFAULT = {"llama": False, "qwen2": False, "opt": True}
+PAD_DEFAULT = {"llama": None, "qwen2": None, "qwen3": None, "mistral": None, "opt": 1}
+TIE_DEFAULT = {"llama": False, "qwen2": False, "qwen3": False, "mistral": False, "opt": True}
+# num_key_value_heads when the field is absent (an explicit null means num_attention_heads).
+KV_DEFAULT = {"qwen2": 32, "qwen3": 32, "mistral": 8}
 
 
 def _llama_dims(cfg):
     C = cfg["hidden_size"]
     Hq = cfg["num_attention_heads"]
-    if "num_key_value_heads" not in cfg and cfg["model_type"] == "qwen2":
-        Hkv = 32  # Qwen2Config's default; an explicit null means num_attention_heads
+    mt = cfg["model_type"]
+    if "num_key_value_heads" not in cfg and mt in KV_DEFAULT:
+        Hkv = KV_DEFAULT[mt]
     else:
         Hkv = cfg.get("num_key_value_heads") or Hq
-    D = cfg.get("head_dim") or C // Hq
+    if mt == "qwen3" and "head_dim" not in cfg:
+        D = 128  # Qwen3Config's default, whatever hidden_size / heads is
+    else:
+        D = cfg.get("head_dim") or C // Hq
     return C, Hq, Hkv, D
+
+
+def sliding_window(cfg):
+    """Mistral's window (MistralConfig: 4096 when absent, none when null), else None."""
+    if cfg["model_type"] != "mistral":
+        return None
+    w = cfg.get("sliding_window", 4096)
+    return None if w is None else int(w)
 
 
 def biases(cfg):
     """(q/k/v, o, mlp): which projections of a llama-like block carry a bias."""
     if cfg["model_type"] == "qwen2":
         return True, False, False  # Qwen2Attention hard-codes them
+    if cfg["model_type"] == "mistral":
+        return False, False, False  # MistralAttention and MistralMLP have none
     attn = bool(cfg.get("attention_bias", False))
-    return attn, attn, bool(cfg.get("mlp_bias", False))
+    mlp = bool(cfg.get("mlp_bias", False)) if cfg["model_type"] == "llama" else False
+    return attn, attn, mlp
 
 
 def padding_idx(cfg):
@@ -162,6 +188,9 @@ def expected_params(cfg):
             lin(p + "self_attn.k_proj", Hkv * D, C, qkv_bias)
             lin(p + "self_attn.v_proj", Hkv * D, C, qkv_bias)
             lin(p + "self_attn.o_proj", C, Hq * D, o_bias)
+            if mt == "qwen3":
+                shapes[p + "self_attn.q_norm.weight"] = (D,)
+                shapes[p + "self_attn.k_norm.weight"] = (D,)
             shapes[p + "post_attention_layernorm.weight"] = (C,)
             lin(p + "mlp.gate_proj", F, C, mlp_bias)
             lin(p + "mlp.up_proj", F, C, mlp_bias)
@@ -233,13 +262,19 @@ def layer_norm(x, w, b, eps, mutations):
     return y
 
 
-def causal_attention(q, k, v, scale, mutations, drop_probs=lambda P: P):
-    """q [B, Hq, T, D]; k, v [B, Hq, T, D] (kv heads already expanded). Returns [B, Hq, T, D]."""
+def causal_attention(q, k, v, scale, mutations, drop_probs=lambda P: P, window=None):
+    """q [B, Hq, T, D]; k, v [B, Hq, T, D] (kv heads already expanded). Returns [B, Hq, T, D].
+    window: query i sees keys i - window < j <= i only (None: every j <= i)."""
     T = q.shape[2]
     scores = q.matmul(k.transpose(-1, -2)) * scale
     if "no_causal" not in mutations:
         future = torch.ones(T, T, dtype=torch.bool).triu(1)
         scores = scores.masked_fill(future, float("-inf"))
+    if window is not None and "no_window" not in mutations:
+        i = torch.arange(T)[:, None]
+        j = torch.arange(T)[None, :]
+        w = window + 1 if "window_one_wider" in mutations else window
+        scores = scores.masked_fill(j <= i - w, float("-inf"))
     return drop_probs(torch.softmax(scores, dim=-1)).matmul(v)
 
 
@@ -318,8 +353,11 @@ def embed_tokens(cfg, W, input_ids, mutations):
 
 
 def llama_forward(cfg, P, input_ids, head, mutations=frozenset(), drop=NoDropout()):
-    """Llama and Qwen2 (the same block; Qwen2 with q/k/v biases)."""
+    """Llama, Qwen2, Qwen3 and Mistral (the same block; Qwen2 with q/k/v biases, Qwen3 with q/k
+    norms per head, Mistral with a sliding window)."""
     C, Hq, Hkv, D = _llama_dims(cfg)
+    qk_norm = cfg["model_type"] == "qwen3"
+    window = sliding_window(cfg)
     eps = float(cfg.get("rms_norm_eps", 1e-6))
     B, T = input_ids.shape
     if Hq % Hkv:
@@ -348,14 +386,22 @@ def llama_forward(cfg, P, input_ids, head, mutations=frozenset(), drop=NoDropout
         p = "model.layers.%d." % i
         a = p + "self_attn."
         h = rms_norm(x, P[p + "input_layernorm.weight"], eps, mutations)
-        q = linear(h, P[a + "q_proj.weight"], g(a + "q_proj.bias")).view(B, T, Hq, D).transpose(1, 2)
-        k = linear(h, P[a + "k_proj.weight"], g(a + "k_proj.bias")).view(B, T, Hkv, D).transpose(1, 2)
+        q = linear(h, P[a + "q_proj.weight"], g(a + "q_proj.bias")).view(B, T, Hq, D)
+        k = linear(h, P[a + "k_proj.weight"], g(a + "k_proj.bias")).view(B, T, Hkv, D)
         v = linear(h, P[a + "v_proj.weight"], g(a + "v_proj.bias")).view(B, T, Hkv, D).transpose(1, 2)
-        q = apply_rope(q, cos, sin, mutations)
-        k = apply_rope(k, cos, sin, mutations)
+        # Qwen3Attention: q_norm(q_proj(x).view(.., heads, head_dim)), the same for k, then RoPE.
+        kw = a + ("q_norm.weight" if "qk_norm_shared" in mutations else "k_norm.weight")
+        if qk_norm and "qk_norm_after_rope" not in mutations:
+            q = rms_norm(q, P[a + "q_norm.weight"], eps, mutations)
+            k = rms_norm(k, P[kw], eps, mutations)
+        q = apply_rope(q.transpose(1, 2), cos, sin, mutations)
+        k = apply_rope(k.transpose(1, 2), cos, sin, mutations)
+        if qk_norm and "qk_norm_after_rope" in mutations:
+            q = rms_norm(q, P[a + "q_norm.weight"], eps, mutations)
+            k = rms_norm(k, P[kw], eps, mutations)
         k = k[:, kv_of_head]  # [B, Hq, T, D]
         v = v[:, kv_of_head]
-        o = causal_attention(q, k, v, 1.0 / math.sqrt(D), mutations, lambda A, i=i: drop.probs(A, i))
+        o = causal_attention(q, k, v, 1.0 / math.sqrt(D), mutations, lambda A, i=i: drop.probs(A, i), window)
         o = o.transpose(1, 2).reshape(B, T, Hq * D)
         x = x + linear(o, P[a + "o_proj.weight"], g(a + "o_proj.bias"))
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps, mutations)

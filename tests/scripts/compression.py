@@ -159,7 +159,7 @@ for name, flags in options.items():
 
 
 # ---- 4. flags ----
-rc, out, err = t.run(2, ["train"] + BASE + ["--mbs", "1", "--gather-dtype", "fp32"], check=False)
+rc, out, err = t.run(2, ["train"] + BASE + MIXED + ["--mbs", "1", "--gather-dtype", "fp32"], check=False)
 lines = [l for l in (out + err).splitlines() if l.startswith("fsdp:")]
 t.check(rc != 0 and len(lines) >= 1 and "--gather-dtype fp32" in lines[0],
         "--gather-dtype fp32 with bf16 compute is refused in one line: %s" % (lines[:1],))

@@ -1,8 +1,9 @@
 """`fsdp generate` end to end on the CPU backend.
 
 Models: tiny Llama (GQA, llama3 rope, tied, the Llama 2 tokenizer's 32,000 ids), tiny OPT (learned
-positions, biases, tied, GPT-2's byte-level ids), tiny Qwen2 (q/k/v biases, untied) and the untied Llama
-of tests/data with every bias, each with initializer_range 1 (transformers' 0.02 makes a random model
+positions, biases, tied, GPT-2's byte-level ids), tiny Qwen2 (q/k/v biases, untied), the untied Llama
+of tests/data with every bias, tiny Qwen3 (per-head q/k norms) and tiny Mistral (a sliding window of 5
+keys, which generation runs far past), each with initializer_range 1 (transformers' 0.02 makes a random model
 repeat one token, which would test little), trained 3 steps so that biases and norms move off 0 and 1,
 and exported with `fsdp export --dtype fp32`.
 
@@ -10,8 +11,8 @@ and exported with `fsdp export --dtype fp32`.
   --init-from FILE) and with --do-sample no equals the greedy continuation that the independent float64
   PyTorch oracle (tests/oracle/reference.py) computes by running the whole growing sequence and taking
   the argmax; the smallest top-1/top-2 margin of the oracle is printed. A deliberate bug planted in the
-  oracle (no llama3 rope scaling, no OPT position offset, no Qwen2 q/k/v biases) changes its
-  continuation: the comparison is sensitive to them.
+  oracle (no llama3 rope scaling, no OPT position offset, no Qwen2 q/k/v biases, Qwen3's q/k norms
+  after rotary, Mistral without its window) changes its continuation: the comparison is sensitive to them.
 - Text: the prompt is encoded as `fsdp tokenize` encodes it (BOS by default, none with --no-special),
   the tokenizer.json beside the model is found without --tokenizer, and the streamed text is the
   decode of prompt + continuation less the decode of the prompt, for the Llama 2 (SentencePiece) and a
@@ -135,9 +136,12 @@ MODELS = {
     "opt": config_of("tiny-opt", init_std=1.0, vocab_size=50272, eos_token_id=None),
     "qwen2": config_of("tiny-qwen2", initializer_range=1.0),
     "llama-untied": config_of("tiny-llama-untied", initializer_range=1.0),
+    "qwen3": config_of("tiny-qwen3", initializer_range=1.0),
+    # a window of 5 keys: the 8-token prompt and the 24 new tokens run far past it
+    "mistral": config_of("tiny-mistral", initializer_range=1.0),
 }
 MUTATION = {"llama": "rope_no_llama3", "opt": "opt_no_offset", "qwen2": "qwen2_no_qkv_bias",
-            "llama-untied": "attn_bias_not_on_o"}
+            "llama-untied": "attn_bias_not_on_o", "qwen3": "qk_norm_after_rope", "mistral": "no_window"}
 BUILT = {name: make_model(name, cfg) for name, cfg in MODELS.items()}
 PROMPT = [5, 17, 400, 3, 99, 250, 12, 7]
 

@@ -75,7 +75,8 @@ if gpus >= 2:
     m = re.search(r"stopped by SIGTERM at step (\d+)", job.output())
     t.check(rc == 75 and m, "2 GPUs: SIGTERM to rank 1 stops both with a checkpoint, exit 75")
     if m:
-        rc, out, err = t.run(1, run_args(d, MODEL, int(m.group(1)) + 2, "fp32", ["--resume", "auto"]),
+        rc, out, err = t.run(1, run_args(d, MODEL, int(m.group(1)) + 2, "fp32",
+                                         ["--resume", "auto", "--allow-schedule-change"]),
                              device="cuda", timeout=900, check=False)
         t.check(rc == 0 and "resumed from" in out, "one GPU resumes the two-GPU checkpoint")
 t.finish()

@@ -2,7 +2,9 @@
 transformers trains them; fsdp.c's exports load into transformers and compute the same logits.
 
 For every family in CASES (Llama with grouped-query attention and an untied head, Llama 3 rope scaling
-with a tied head, OPT; Qwen2 runs once fsdp.c knows it), transformers makes a model with
+with a tied head, OPT, Qwen2, Qwen3 with its per-head q/k norms and a head_dim of its own, Mistral with
+a sliding window shorter than the token window, trained with eager and with flash attention),
+transformers makes a model with
 AutoModelForCausalLM.from_config (norm weights and biases jittered so that they matter) and saves it with
 save_pretrained as fp32 and bf16 files, in one file and sharded. For each of the four:
 
@@ -22,7 +24,9 @@ For the first variant of every family, the export:
   the same checkpoint (tests/tools/hf_logits, CPU fp32) within 1e-5 relative;
 - the bf16 export loads as bfloat16 by default (config.json's dtype), and in fp32 matches fsdp.c's
   logits of that bf16 export within 1e-5; in bf16 it matches fsdp.c's fp32 logits within 3e-2;
-- generation_config.json loads and carries the config's special token ids.
+- generation_config.json loads and carries the config's special token ids;
+- greedy generation of 64 tokens from an 8-token prompt with `fsdp generate` (CUDA, KV cache) equals
+  transformers' generate of the fp32 export (up to an end-of-sequence token, where both stop).
 
 Needs a GPU, fsdp.c's CUDA backend, and torch + transformers (5.x) importable by the Python running
 this (/usr/bin/python3 under ctest; FSDP_HF_PYTHON=/path/to/python re-runs it with another one).
@@ -46,6 +50,7 @@ TOOL = os.path.join(t.TOOLS, "hf_logits")
 SEQ = 32
 LR, EPS = 1.0, 1.0
 LOSS_TOL, UPDATE_TOL, LOGIT_TOL, BF16_LOGIT_TOL = 1e-5, 1e-4, 1e-5, 3e-2
+GEN_TOKENS = 64
 DEVICE = "cuda"
 
 # One entry per family: the transformers config class and its fields; `avoid` are token ids the
@@ -71,6 +76,25 @@ CASES = [
      "fields": dict(vocab_size=384, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=8,
                     num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
                     tie_word_embeddings=False, use_sliding_window=False, attention_dropout=0.0)},
+    # Qwen3: per-head q/k norms (jittered off 1 like every 1-D weight), head_dim 24 of hidden 64 / 4
+    # heads = 16, tied.
+    {"name": "qwen3", "config": "Qwen3Config", "avoid": (),
+     "fields": dict(vocab_size=384, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=24, max_position_embeddings=128, rms_norm_eps=1e-6,
+                    rope_theta=10000.0, tie_word_embeddings=True, attention_bias=False, use_sliding_window=False,
+                    attention_dropout=0.0)},
+    # Mistral: a sliding window of 7 keys in the 32-token window (and far below the 72 positions of
+    # the generation), eager and flash.
+    {"name": "mistral-window", "config": "MistralConfig", "avoid": (),
+     "fields": dict(vocab_size=384, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=8,
+                    num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+                    sliding_window=7, tie_word_embeddings=False, attention_dropout=0.0, bos_token_id=None,
+                    eos_token_id=None)},
+    {"name": "mistral-window-flash", "config": "MistralConfig", "avoid": (), "attn": "flash",
+     "fields": dict(vocab_size=384, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=64, max_position_embeddings=128, rms_norm_eps=1e-5,
+                    rope_theta=10000.0, sliding_window=5, tie_word_embeddings=True, attention_dropout=0.0,
+                    bos_token_id=None, eos_token_id=None)},
 ]
 VARIANTS = [("fp32", None), ("fp32", 60_000), ("bf16", None), ("bf16", 30_000)]  # (file dtype, max_shard_size)
 
@@ -183,7 +207,8 @@ def run_variant(case, dtype, shard, d, first):
     ck, metrics = os.path.join(d, "ck"), os.path.join(d, "m.jsonl")
     p = fsdp(["train", "--init-from", src, "--data", data, "--seq", str(SEQ), "--mbs", "1", "--steps", "1",
               "--lr", str(LR), "--adam-eps", str(EPS), "--clip", "0", "--weight-decay", "0", "--model-precision", "fp32",
-              "--mixed-precision", "no", "--attn", "eager", "--device", "cuda", "--ckpt-dir", ck, "--metrics", metrics],
+              "--mixed-precision", "no", "--attn", case.get("attn", "eager"), "--device", "cuda", "--ckpt-dir", ck,
+              "--metrics", metrics],
              check=False)
     if p.returncode != 0 and case.get("unsupported_until") and "not supported" in p.stderr and \
             case["unsupported_until"] in p.stderr:
@@ -234,6 +259,41 @@ def check_export(case, name, ck, exp32, ids, vocab, d):
     cfg = json.load(open(os.path.join(exp32, "config.json")))
     t.check(all(getattr(gen, k, None) == cfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")),
             "%s: generation_config.json carries the special token ids" % name)
+    check_generation(name, exp32, ids[:8].tolist(), cfg)
+
+
+def until_eos(ids, eos):
+    """The tokens up to and including the first end-of-sequence token (both sides stop there)."""
+    eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    for i, x in enumerate(ids):
+        if x in eos:
+            return ids[:i + 1]
+    return ids
+
+
+def check_generation(name, exp32, prompt, cfg):
+    """Greedy generation of GEN_TOKENS from the fp32 export: fsdp generate (CUDA, KV cache) against
+    transformers' generate (fp32, eager attention, its own cache)."""
+    p = fsdp(["generate", "--init-from", exp32, "--prompt-ids", " ".join(map(str, prompt)), "--print-ids",
+              "--max-new-tokens", str(GEN_TOKENS), "--temperature", "0", "--device", "cuda", "--dtype", "fp32"])
+    got = [int(x) for x in p.stdout.split()]
+    model = load(exp32)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt], device=DEVICE), max_new_tokens=GEN_TOKENS, do_sample=False,
+                             output_scores=True, return_dict_in_generate=True)
+    ref = out.sequences[0, len(prompt):].tolist()
+    eos = cfg.get("eos_token_id")
+    got, ref = until_eos(got, eos), until_eos(ref, eos)
+    at = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), None)
+    if at is None and len(got) != len(ref):
+        at = min(len(got), len(ref))
+    margin = ""
+    if at is not None and at < len(out.scores):
+        top = torch.topk(out.scores[at][0].float(), 2).values
+        margin = "; transformers' top-1/top-2 margin there %.3g" % float(top[0] - top[1])
+    t.check(at is None, "%s: greedy generation of %d tokens equals transformers' (%d distinct)%s" %
+            (name, len(ref), len(set(ref)), "" if at is None else "; first difference at new token %d: fsdp %s, "
+             "transformers %s%s" % (at, got[at:at + 4], ref[at:at + 4], margin)))
 
 
 if not os.path.exists(TOOL):

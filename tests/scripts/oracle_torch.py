@@ -65,6 +65,18 @@ TINY_OPT = {
     "num_attention_heads": 5, "max_position_embeddings": 128, "tie_word_embeddings": True,
     "do_layer_norm_before": True, "enable_bias": True, "pad_token_id": 1,
 }
+TINY_QWEN3 = {
+    "model_type": "qwen3", "vocab_size": 1019, "hidden_size": 40, "intermediate_size": 72,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 1000.0, "tie_word_embeddings": False,
+    "attention_bias": False, "pad_token_id": None,
+}
+TINY_MISTRAL = {
+    "model_type": "mistral", "vocab_size": 1021, "hidden_size": 48, "intermediate_size": 80,
+    "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 8,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True,
+    "sliding_window": 5, "pad_token_id": None,
+}
 TINY_QWEN2 = {
     "model_type": "qwen2", "vocab_size": 1013, "hidden_size": 40, "intermediate_size": 76,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
@@ -79,6 +91,7 @@ def semantics(cfg):
     if cfg["model_type"] in reference.LLAMA_LIKE:
         out["rms_norm_eps"] = float(cfg.get("rms_norm_eps", 1e-6))
         out["rope"] = reference.rope_settings(cfg)
+        out["sliding_window"] = reference.sliding_window(cfg)
     return out
 
 
@@ -110,6 +123,14 @@ CASES = [
     ("tiny-llama/flash+dropout", "tiny-llama", 23, 2, 17, "flash", TINY_LLAMA, (0.3, 0.1, 77)),
     ("tiny-llama/eager+dropout", "tiny-llama", 24, 2, 33, "eager", TINY_LLAMA, (0.0, 0.15, 5)),
     ("tiny-qwen2/flash+dropout", "tiny-qwen2", 25, 2, 18, "flash", TINY_QWEN2, (0.0, 0.1, 31)),
+    # Qwen3's per-head q/k norms (head_dim 12, not hidden / heads = 10) and Mistral's window of 5
+    # keys, shorter than every sequence here (so most queries lose keys to it).
+    ("tiny-qwen3/flash", "tiny-qwen3", 26, 2, 15, "flash", TINY_QWEN3),
+    ("tiny-qwen3/eager", "tiny-qwen3", 27, 2, 13, "eager", TINY_QWEN3),
+    ("tiny-qwen3/flash+dropout", "tiny-qwen3", 28, 2, 17, "flash", TINY_QWEN3, (0.0, 0.1, 9)),
+    ("tiny-mistral/flash", "tiny-mistral", 29, 2, 17, "flash", TINY_MISTRAL),
+    ("tiny-mistral/eager", "tiny-mistral", 30, 2, 14, "eager", TINY_MISTRAL),
+    ("tiny-mistral/eager+dropout", "tiny-mistral", 31, 2, 19, "eager", TINY_MISTRAL, (0.0, 0.2, 4242)),
 ]
 CASES = [c if len(c) == 8 else c + (None,) for c in CASES]
 
@@ -306,6 +327,11 @@ def applies(mutation, dump):
         return cfg["model_type"] == "llama" and reference.biases(cfg)[1]
     if mutation == "pad_row_input_grad":
         return reference.padding_idx(cfg) is not None
+    if mutation in ("qk_norm_after_rope", "qk_norm_shared"):
+        return cfg["model_type"] == "qwen3"
+    if mutation in ("no_window", "window_one_wider"):
+        w = reference.sliding_window(cfg)
+        return w is not None and w < dump["input_ids"].shape[1]
     if mutation == "rope_no_linear":
         return llama and reference.rope_settings(cfg)["type"] == "linear"
     return True

@@ -11,7 +11,8 @@
 - Bad inputs, each one line naming the flag or file: --epochs with --steps, --eval-every without
   --eval-data, --eval-data missing, not a token file, or synthetic, --packing pad on a version 1
   file, stream on a model without EOS, a token file made with another tokenizer than the one in the
-  --init-from directory."""
+  --init-from directory, --eval-data made with another tokenizer than --data (same vocabulary size).
+- pad says how many examples it cuts at --seq + 1 and how many tokens it never trains on."""
 import json
 import os
 import random
@@ -69,7 +70,12 @@ for pk in ("stream", "pad"):
                          % (pk, n, mbs, 12 // (n * mbs)))
 
 # ---- masked and padded tokens never count --------------------------------------------------------
-base, _, _ = train(2, ["--data", SFT, "--packing", "pad", "--steps", "4"], "mask-base", 3)
+base, _, base_out = train(2, ["--data", SFT, "--packing", "pad", "--steps", "4"], "mask-base", 3)
+# pad keeps an example's first --seq + 1 = 25 tokens: the run says how many examples it cuts, and how
+# many tokens it never trains on (counted here from the documents).
+cut = [d for d in docs if len(d) > 25]
+said = "(%d cut, %d tokens past the cut not trained on)" % (len(cut), sum(len(d) - 25 for d in cut))
+t.check(cut and said in base_out, "pad: the run counts the examples it cuts: %s" % said)
 tails = [d[:-2] + [rng.randrange(3, VOCAB), rng.randrange(3, VOCAB)] for d in docs]
 packing.write_v2(path("tails.bin"), tails, VOCAB, masks)
 # Examples longer than --seq + 1 = 25 tokens are truncated: what lies past that never counts.
@@ -147,6 +153,8 @@ json.dump({"model": {"type": "BPE", "vocab": {}, "merges": []}, "note": "the mod
           open(os.path.join(tokdir, "tokenizer.json"), "w"))
 other_hash = path("other-tokenizer.bin")
 packing.write_v2(other_hash, docs, VOCAB, masks, tok_hash=0x1234)
+third_hash = path("third-tokenizer.bin")  # the same vocabulary size, yet another tokenizer
+packing.write_v2(third_hash, docs, VOCAB, masks, tok_hash=0x5678)
 BASE = ["train", "--seq", "24", "--mbs", "2"]
 for what, n, args, words, status in (
         ("--epochs with --steps", 1, ["--model", "tiny-opt", "--data", SFT, "--epochs", "1", "--steps", "3"],
@@ -164,6 +172,9 @@ for what, n, args, words, status in (
          [SFT, "eos_token_id"], 2),
         ("a token file of another tokenizer than --init-from's", 2, ["--init-from", tokdir, "--data", other_hash],
          [other_hash, os.path.join(tokdir, "tokenizer.json"), "another tokenizer"], 1),
+        ("--eval-data of another tokenizer than --data's, same vocabulary", 1,
+         ["--model", "tiny-opt", "--data", other_hash, "--eval-data", third_hash],
+         ["--eval-data", third_hash, other_hash, "0000000000005678", "another tokenizer"], 2),
         ("a vocabulary larger than the model's", 1, ["--model", "tiny-opt", "--eval-data", path("big.bin")],
          [path("big.bin"), "1031"], 1)):
     if what.startswith("a vocabulary"):

@@ -38,7 +38,7 @@ def history(steps):
 CASES = [
     (1, "FULL", ["--model", "tiny-llama", "--mbs", "3", "--attn", "eager", "--model-precision", "fp32",
                  "--mixed-precision", "no"]),
-    (2, "SHARD_GRAD_OP", ["--model", "tiny-opt", "--mbs", "2", "--dropout", "0.1"]),
+    (2, "SHARD_GRAD_OP", ["--model", "tiny-opt", "--mbs", "2", "--dropout", "0.1", "--mixed-precision", "bf16"]),
     (3, "FULL", ["--model", "tiny-qwen2", "--mbs", "2", "--dropout", "0.1", "--embedding-grads", "dense"]),
 ]
 for n, strategy, extra in CASES:
@@ -73,7 +73,7 @@ with open(os.path.join(t.ROOT, "tests", "data", "tiny-llama-untied", "config.jso
 DEEP = os.path.join(t.tmpdir("recompute-deep"), "config.json")
 with open(DEEP, "w") as f:
     json.dump(deep, f)
-AUTO = ["--model", DEEP, "--seq", "16", "--head-chunk-tokens", "16"]
+AUTO = ["--model", DEEP, "--seq", "16", "--head-chunk-tokens", "16", "--mixed-precision", "bf16"]  # as planned
 TRAIN_AUTO = ["train"] + AUTO + ["--synthetic-vocab", "997", "--steps", "1"]
 
 

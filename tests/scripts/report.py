@@ -3,6 +3,7 @@ plots from a CPU sweep recorded through SLURM, the course's own published figure
 86% at 32 GPUs come out again), runs it must skip or list with a notice, and its errors."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,13 @@ t.check(code == 0 and not stderr, "report over the recorded sweep succeeds witho
 md = read(os.path.join(out, "report.md"))
 runs = rc.runs_under(sweep)
 t.check(len(runs) == 12, "the fixture has 12 runs")
+# Every run of the sweep ran on the CPU backend: its ranks are not GPUs, in headings and columns alike.
+t.check(re.search(r"^## Ladder: \S+ on 1 CPU rank$", md, re.M) and re.search(r"^## Scaling: .* CPU ranks$", md, re.M)
+        and "| tokens/s/rank |" in md and "rank-hours per 1e9 tokens" in md and "tokens/s/GPU" not in md and "GPU-hour" not in md,
+        "a report of CPU runs speaks of CPU ranks, not GPUs")
+scripts = [read(os.path.join(out, "gnuplot", f)) for f in os.listdir(os.path.join(out, "gnuplot")) if f.endswith(".gp")]
+t.check(any("tokens/s per CPU rank" in s for s in scripts) and not any("GPU" in s for s in scripts),
+        "and so do its plots (%d gnuplot scripts)" % len(scripts))
 rc.check_ladder(md, runs, "cpu-sweep/ladder-tiny-llama-1gpu", "sweep")
 rc.check_strategies(md, runs, "cpu-sweep/strategies-tiny-llama-2gpu", "sweep")
 rc.check_scaling(md, runs, "cpu-sweep/scaling-tiny-llama-FULL-mbs2", "sweep", price=2.5)
@@ -72,6 +80,8 @@ out = os.path.join(work, "out-course")
 code, _, stderr = report([os.path.join(DATA, "course-chapter15"), "--out", out, "--gpu-hour-price", "2.5"])
 md = read(os.path.join(out, "report.md"))
 course = rc.runs_under(os.path.join(DATA, "course-chapter15"))
+t.check("| tokens/s/GPU |" in md and "rank" not in md.split("## Runs")[0].replace("nodes × ranks", ""),
+        "a report of GPU runs speaks of GPUs")
 rc.check_scaling(md, course, "course-chapter15/scaling-llama-3.2-1b-NO_SHARD-mbs37", "course", price=2.5)
 rc.check_ladder(md, course, "course-chapter15/ladder-llama-3.2-1b-1gpu", "course")
 t.check("**From 1 to 32 GPUs: 27.48x speed-up, 85.9% efficiency.**" in md,

@@ -2,7 +2,8 @@
 refused unless --rollback, which moves the newer checkpoints aside (never deletes them); data of
 another tokenizer (Llama 2 tokens against a run trained on Llama 3 tokens) is refused unless
 --allow-data-change; a config whose fields change the computation (rope_theta, rope_scaling,
-rms_norm_eps, attention_dropout, eos/pad token ids) is refused unless --allow-config-change, each
+rms_norm_eps, attention_dropout, eos/pad token ids; Mistral's sliding_window) is refused unless
+--allow-config-change, each
 naming the field and both values; checkpoints written before they recorded this resume with a
 note. --min-lr above --lr is refused. fsdp verify prints the record, checks it against the
 checkpoint's config, and refuses a negative second moment or a non-finite moment even with its
@@ -24,8 +25,11 @@ FLAGS = ["--seq", "16", "--mbs", "2", "--lr", "2e-3", "--warmup", "2", "--model-
 
 
 def train(d, steps, extra=(), model="tiny-llama", metrics="m.jsonl"):
+    # Resumes here go on past the checkpoint's --steps on purpose: the schedule may change (what this
+    # test checks is the data, the config and the step; the schedule is newcomer.py's).
+    allow = ["--allow-schedule-change"] if "--resume" in extra else []
     return (["train", "--model", model] + FLAGS + ["--steps", str(steps), "--ckpt-dir", os.path.join(d, "ck"),
-                                                   "--metrics", os.path.join(d, metrics)] + list(extra))
+                                                   "--metrics", os.path.join(d, metrics)] + list(extra) + allow)
 
 
 def md5(path):
@@ -33,7 +37,8 @@ def md5(path):
 
 
 def notices(text):
-    return [l for l in c.fsdp_lines(text) if l.startswith("fsdp: notice:")]
+    """The notices but the schedule's (train() accepts a re-spanned schedule; that notice is not this test's)."""
+    return [l for l in c.fsdp_lines(text) if l.startswith("fsdp: notice:") and "--allow-schedule-change" not in l]
 
 
 def trained(d, metrics="m.jsonl"):
@@ -129,6 +134,23 @@ for field, value, was, now in (("rope_theta", 500000.0, "100.0", "500000.0"),
         with h5py.File(os.path.join(d, "ck", "step-00000005.h5"), "r") as f:
             t.check(json.loads(f.attrs.get("identity", "{}")).get("config", {}).get("rope_theta") == 500000.0,
                     "its checkpoint records the new rope_theta")
+
+# Mistral's sliding_window changes what attention sees without changing a shape: recorded and compared.
+dm = t.tmpdir("resume-identity-mistral")
+t.run(1, train(dm, 2, model="tiny-mistral"))
+mstep = os.path.join(dm, "ck", "step-00000002.h5")
+with h5py.File(mstep, "r") as f:
+    mconfig = json.loads(f.attrs["config"])
+    mrecord = json.loads(f.attrs.get("identity", "{}"))
+t.check(mrecord.get("config", {}).get("sliding_window") == 5, "a Mistral checkpoint records its sliding_window (%s)"
+        % mrecord.get("config"))
+mdir = os.path.join(D, "models", "mistral-window-7")
+os.makedirs(mdir, exist_ok=True)
+json.dump(dict(mconfig, sliding_window=7), open(os.path.join(mdir, "config.json"), "w"), indent=2)
+d = t.tmpdir("resume-identity-window")
+rc, out, err = t.run(1, train(d, 3, ["--resume", mstep], model=mdir), check=False)
+t.check(rc == 1 and not trained(d), "sliding_window 5 -> 7: refused, nothing trained")
+c.one_error(err, [mstep, "sliding_window", "5", "7", "--allow-config-change"], "sliding_window changed")
 
 # ---- old-format checkpoints: no record, a note --------------------------------------------------------
 old = os.path.join(D, "old-format.h5")

@@ -127,8 +127,10 @@ t.check(m and evals and abs(float(m.group(1)) - evals[-1]["eval_loss"]) < 0.02,
         (m and m.group(1), evals and evals[-1]["eval_loss"]))
 # A second launch into the same folder (a new job given --run-dir, or a requeued one) goes on from the
 # run's own checkpoints, with the model's shape from the pretrained directory, and replaces the export.
+# It asks for 2 more steps than the checkpoint's schedule spans: --allow-schedule-change re-spans it.
 p = subprocess.run(["bash", JOB] + args[:args.index("--steps")] + ["--steps", "8"] + args[args.index("--steps") + 2:],
-                   env=dict(t.ENV, RANKS="2", **env), cwd=work, capture_output=True, text=True, timeout=300)
+                   env=dict(t.ENV, RANKS="2", **dict(env, EXTRA_ARGS="--allow-schedule-change")), cwd=work,
+                   capture_output=True, text=True, timeout=300)
 launch = [l for l in p.stdout.splitlines() if "mpirun -np 2" in l and " train " in l]
 t.check(p.returncode == 0 and "== %s: prepared by an earlier launch" % data in p.stdout and len(launch) == 1 and
         "--model %s " % pretrained in launch[0] and "--resume auto" in launch[0] and "--init-from" not in launch[0] and

@@ -49,7 +49,7 @@ shape = ["--ntasks-per-node", "2", "--gres", "gpu:2", "--cpus-per-task", "1", "-
 
 
 def run_dir(job):
-    return os.path.join(results, "NODES-1-GPUS-2-tiny-llama-fp32-no-flash-FULL-MBS-8-%s" % job)
+    return os.path.join(results, "NODES-1-CPUS-2-tiny-llama-fp32-no-flash-FULL-MBS-8-%s" % job)
 
 
 def read(path):

@@ -59,7 +59,7 @@ try:
         t.check(cluster.job(job).get("ExitCode") == "0:0", "%s.slurm exited 0" % name)
 
     # Submitted again, a sweep skips the runs it finished.
-    metrics = os.path.join(results, "strategies-tiny-llama-2gpu", "FULL-fp32-bf16-flash-mbs2", "metrics.jsonl")
+    metrics = os.path.join(results, "strategies-tiny-llama-2cpu", "FULL-fp32-bf16-flash-mbs2", "metrics.jsonl")
     before = os.stat(metrics).st_mtime_ns
     again = cluster.sbatch(os.path.join(JOBS, "strategies.slurm"),
                            ["--nodes", "1", "--ntasks-per-node", "2", "--gres", "gpu:2"] + cpus, env=env, cwd=work)
@@ -80,7 +80,7 @@ try:
     state = cluster.wait(broken, timeout=60)
     with open(os.path.join(work, "R-fsdp-strategies.%s.out" % broken)) as f:
         log = f.read()
-    run = os.path.join(work, "broken", "strategies-tiny-llama-2gpu", "FULL-fp32-bf16-flash-mbs2")
+    run = os.path.join(work, "broken", "strategies-tiny-llama-2cpu", "FULL-fp32-bf16-flash-mbs2")
     t.check("launch failed" in log and state == "FAILED" and not os.path.exists(os.path.join(run, "done")) and
             "srun exited 0, but fsdp train did not finish" in log and "%s (exit 1)" % run in log,
             "a run whose ranks srun could not launch (srun exits 0) counts as failed (%s; %s)" %
@@ -96,8 +96,8 @@ finally:
 t.check(not cluster.processes(), "the cluster's daemons and job processes are all gone")
 
 # ---- what the jobs wrote ----
-ladder_dir = os.path.join(results, "ladder-tiny-llama-1gpu")
-strategies_dir = os.path.join(results, "strategies-tiny-llama-2gpu")
+ladder_dir = os.path.join(results, "ladder-tiny-llama-1cpu")
+strategies_dir = os.path.join(results, "strategies-tiny-llama-2cpu")
 scaling_dir = os.path.join(results, "scaling-tiny-llama-FULL-mbs2")
 runs = rc.runs_under(results)
 rungs = sorted(os.path.basename(n) for n in runs if n.startswith("results/ladder-"))
@@ -109,7 +109,7 @@ rc6, plan_out, plan_err = t.run(1, ["plan", "--model", "tiny-llama", "--device",
                                     "--gpu-mem", "0.03125", "--model-precision", "bf16", "--mixed-precision", "bf16",
                                     "--attn", "flash", "--json"], check=False)
 auto = json.loads(plan_out)["mbs"] if rc6 == 0 else None
-rung6 = runs.get("results/ladder-tiny-llama-1gpu/rung6-bf16-bf16-flash-mbsauto")
+rung6 = runs.get("results/ladder-tiny-llama-1cpu/rung6-bf16-bf16-flash-mbsauto")
 with open(os.path.join(ladder_dir, "rung6-bf16-bf16-flash-mbsauto", "train.log")) as f:
     chose = re.search(r"--mbs auto chose (\d+), the largest the memory plan fits in 32\.00 MiB per rank", f.read())
 t.check(auto and auto > 2 and rung6 and rung6["mbs"] == auto and chose and int(chose.group(1)) == auto and
@@ -137,8 +137,8 @@ p = subprocess.run([t.BIN, "report", "results", "--out", out, "--gpu-hour-price"
 t.check(p.returncode == 0, "fsdp report over the results (exit %d) %s" % (p.returncode, p.stderr[-500:]))
 with open(os.path.join(out, "report.md")) as f:
     md = f.read()
-rc.check_ladder(md, runs, "results/ladder-tiny-llama-1gpu", "slurm")
-rc.check_strategies(md, runs, "results/strategies-tiny-llama-2gpu", "slurm")
+rc.check_ladder(md, runs, "results/ladder-tiny-llama-1cpu", "slurm")
+rc.check_strategies(md, runs, "results/strategies-tiny-llama-2cpu", "slurm")
 rc.check_scaling(md, runs, "results/scaling-tiny-llama-FULL-mbs2", "slurm", price=3)
 named = rc.check_images(md, out, "slurm")
 t.check(len(named) == 7, "plots of the ladder, strategies, scaling and its cost, and three loss plots (%d)" % len(named))

@@ -16,6 +16,7 @@
 
 typedef struct {
     int B, T, Hq, Hkv, D, eager; /* eager: keep probs */
+    int window;                  /* sliding window (0: none): query t sees keys t - window < j <= t */
     const fsdp_dropout *drop;    /* NULL: no dropout */
     float *qkv, *out, *lse, *probs, *R;
 } attn_ctx;
@@ -25,12 +26,17 @@ static size_t attn_out_numel(const attn_ctx *c) { return (size_t)c->B * c->T * c
 
 static double attn_loss(void *p) {
     attn_ctx *c = p;
-    cpu_attention_forward(c->out, c->lse, c->eager ? c->probs : NULL, c->qkv, c->B, c->T, c->Hq, c->Hkv, c->D, c->drop);
+    cpu_attention_forward_window(c->out, c->lse, c->eager ? c->probs : NULL, c->qkv, c->B, c->T, c->Hq, c->Hkv, c->D,
+                                 c->window, c->drop);
     return dot_d(c->out, c->R, attn_out_numel(c));
 }
 
-/* The textbook O(T^2) causal GQA attention in double, the dropout mask (if any) applied to the
- * normalised probabilities; probs and lse are those of the undropped softmax. */
+/* Whether query t sees key j: causal, and within the window when there is one. */
+static int attn_visible(const attn_ctx *c, int t, int j) { return j <= t && (!c->window || j > t - c->window); }
+
+/* The textbook O(T^2) causal GQA attention in double (masked to the window when there is one), the
+ * dropout mask (if any) applied to the normalised probabilities; probs and lse are those of the
+ * undropped softmax. */
 static void attn_reference(const attn_ctx *c, double *out, double *lse, double *probs) {
     int W = (c->Hq + 2 * c->Hkv) * c->D, grp = c->Hq / c->Hkv, T = c->T, D = c->D;
     double keep_scale = c->drop ? 1.0 - (double)c->drop->p : 1.0; /* a division by 1.0 is exact */
@@ -41,21 +47,23 @@ static void attn_reference(const attn_ctx *c, double *out, double *lse, double *
                 const float *q = c->qkv + (size_t)(b * T + t) * W + h * D;
                 double mx = -INFINITY, sum = 0.0;
                 for (int j = 0; j <= t; j++) {
+                    if (!attn_visible(c, t, j)) continue;
                     const float *k = c->qkv + (size_t)(b * T + j) * W + (c->Hq + h / grp) * D;
                     s[j] = 0.0;
                     for (int i = 0; i < D; i++) s[j] += (double)q[i] * k[i];
                     s[j] /= sqrt((double)D);
                     mx = fmax(mx, s[j]);
                 }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
+                for (int j = 0; j <= t; j++)
+                    if (attn_visible(c, t, j)) sum += exp(s[j] - mx);
                 size_t row = ((size_t)b * c->Hq + h) * T + t;
                 lse[row] = mx + log(sum);
                 double *o = out + (size_t)(b * T + t) * c->Hq * D + h * D;
                 for (int i = 0; i < D; i++) o[i] = 0.0;
                 for (int j = 0; j < T; j++) {
-                    double pj = j <= t ? exp(s[j] - lse[row]) : 0.0;
+                    double pj = attn_visible(c, t, j) ? exp(s[j] - lse[row]) : 0.0;
                     probs[row * T + j] = pj;
-                    if (j > t || (c->drop && !fsdp_dropout_keep_probs(c->drop, b, h, t, j, T))) continue;
+                    if (!attn_visible(c, t, j) || (c->drop && !fsdp_dropout_keep_probs(c->drop, b, h, t, j, T))) continue;
                     const float *v = c->qkv + (size_t)(b * T + j) * W + (c->Hq + c->Hkv + h / grp) * D;
                     for (int i = 0; i < D; i++) o[i] += pj * v[i] / keep_scale;
                 }
@@ -87,7 +95,7 @@ static void attn_check_paths(attn_ctx *c, const char *label, const char *summary
     float *dq[2];
     for (int eager = 1; eager >= 0; eager--) {
         char what[96], sub[128];
-        snprintf(what, sizeof what, "%s B%d T%d Hq%d Hkv%d D%d %s", label, B, T, Hq, Hkv, D,
+        snprintf(what, sizeof what, "%s B%d T%d Hq%d Hkv%d D%d W%d %s", label, B, T, Hq, Hkv, D, c->window,
                  eager ? "probs" : "probs=NULL");
         c->eager = eager;
         fill_nan(c->out, no);
@@ -103,8 +111,8 @@ static void attn_check_paths(attn_ctx *c, const char *label, const char *summary
         }
         dq[eager] = alloc_f(nq);
         fill_nan(dq[eager], nq); /* every part of dqkv must be overwritten */
-        cpu_attention_backward(dq[eager], c->R, c->qkv, c->out, c->lse, eager ? c->probs : NULL, B, T, Hq, Hkv, D,
-                               c->drop);
+        cpu_attention_backward_window(dq[eager], c->R, c->qkv, c->out, c->lse, eager ? c->probs : NULL, B, T, Hq, Hkv,
+                                      D, c->window, c->drop);
         grad_param p = {"qkv", c->qkv, nq, dq[eager]};
         check_grads(what, attn_loss, c, &p, 1);
     }

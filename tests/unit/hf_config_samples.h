@@ -123,6 +123,62 @@ static const char *QWEN2_5_0_5B_V5 =
     " \"sliding_window\": null, \"tie_word_embeddings\": true, \"transformers_version\": \"5.0.0\",\n"
     " \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}\n";
 
+/* Qwen/Qwen3-0.6B's config.json (head_dim 128 with hidden 1024 and 16 heads). */
+static const char *QWEN3_0_6B =
+    "{\n"
+    "  \"architectures\": [\n    \"Qwen3ForCausalLM\"\n  ],\n"
+    "  \"attention_bias\": false,\n"
+    "  \"attention_dropout\": 0.0,\n"
+    "  \"bos_token_id\": 151643,\n"
+    "  \"eos_token_id\": 151645,\n"
+    "  \"head_dim\": 128,\n"
+    "  \"hidden_act\": \"silu\",\n"
+    "  \"hidden_size\": 1024,\n"
+    "  \"initializer_range\": 0.02,\n"
+    "  \"intermediate_size\": 3072,\n"
+    "  \"max_position_embeddings\": 40960,\n"
+    "  \"max_window_layers\": 28,\n"
+    "  \"model_type\": \"qwen3\",\n"
+    "  \"num_attention_heads\": 16,\n"
+    "  \"num_hidden_layers\": 28,\n"
+    "  \"num_key_value_heads\": 8,\n"
+    "  \"rms_norm_eps\": 1e-06,\n"
+    "  \"rope_scaling\": null,\n"
+    "  \"rope_theta\": 1000000,\n"
+    "  \"sliding_window\": null,\n"
+    "  \"tie_word_embeddings\": true,\n"
+    "  \"torch_dtype\": \"bfloat16\",\n"
+    "  \"transformers_version\": \"4.51.0\",\n"
+    "  \"use_cache\": true,\n"
+    "  \"use_sliding_window\": false,\n"
+    "  \"vocab_size\": 151936\n"
+    "}\n";
+
+/* mistralai/Mistral-7B-v0.1's config.json (a 4096-token sliding window, no head_dim field). */
+static const char *MISTRAL_7B =
+    "{\n"
+    "  \"architectures\": [\n    \"MistralForCausalLM\"\n  ],\n"
+    "  \"bos_token_id\": 1,\n"
+    "  \"eos_token_id\": 2,\n"
+    "  \"hidden_act\": \"silu\",\n"
+    "  \"hidden_size\": 4096,\n"
+    "  \"initializer_range\": 0.02,\n"
+    "  \"intermediate_size\": 14336,\n"
+    "  \"max_position_embeddings\": 32768,\n"
+    "  \"model_type\": \"mistral\",\n"
+    "  \"num_attention_heads\": 32,\n"
+    "  \"num_hidden_layers\": 32,\n"
+    "  \"num_key_value_heads\": 8,\n"
+    "  \"rms_norm_eps\": 1e-05,\n"
+    "  \"rope_theta\": 10000.0,\n"
+    "  \"sliding_window\": 4096,\n"
+    "  \"tie_word_embeddings\": false,\n"
+    "  \"torch_dtype\": \"bfloat16\",\n"
+    "  \"transformers_version\": \"4.34.0.dev0\",\n"
+    "  \"use_cache\": true,\n"
+    "  \"vocab_size\": 32000\n"
+    "}\n";
+
 /* `text` with the first occurrence of `from` replaced by `to` (in one of two static buffers, so
  * that edits can be nested once). */
 static const char *edit(const char *text, const char *from, const char *to) {

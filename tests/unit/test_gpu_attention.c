@@ -14,6 +14,9 @@
  *    exactly where an element is dropped (V one-hot for the forward, dout one-hot for dV, K
  *    one-hot with out = 0 for dQ; T <= D), counting the elements whose zero-ness differs from the
  *    CPU's (must be 0); the eager softmax's dropped probabilities likewise.
+ *  - sliding windows (Mistral): the same comparisons with the windowed CPU reference for windows
+ *    of 1 to 257 keys (shorter and longer than the kernels' key blocks, and than T), with dropout
+ *    too, and the eager softmax's window mask (entries outside exactly 0).
  * Prints one line per case; exits 1 on any failure, 77 when there is no GPU. `--quick` skips the
  * T = 1024 cases (for runs under compute-sanitizer). */
 #include <math.h>
@@ -72,6 +75,7 @@ typedef struct {
     int D, B, T, Hq, Hkv;
     int misalign; /* offset every tensor by 8 bytes: the bf16 D=64/128 case must then take the exact path */
     double p;     /* attention dropout (0: none) */
+    int window;   /* sliding window (0: none): query t sees keys t - window < j <= t */
 } flash_case;
 
 /* The dropout of a case (NULL for p = 0): a sample base and layer that are not 0, so that a kernel
@@ -108,16 +112,17 @@ static void run_flash(const flash_case *c) {
     upload(d_dout, dout, no, t);
 
     /* Forward. */
-    cpu_attention_forward(out_ref, lse_ref, NULL, qkv, B, T, Hq, Hkv, D, drop);
-    fsdp_cuda_flash_forward(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, drop, t, 0);
+    cpu_attention_forward_window(out_ref, lse_ref, NULL, qkv, B, T, Hq, Hkv, D, c->window, drop);
+    fsdp_cuda_flash_forward_window(d_out, d_lse, d_qkv, B, T, Hq, Hkv, D, c->window, drop, t, 0);
     sync_check("flash forward");
     download(out, d_out, no, t);
     download(lse, d_lse, nl, FSDP_F32);
     double e_out = rel_err(out, out_ref, no), e_lse = rel_err(lse, lse_ref, nl);
 
     /* Backward, against the CPU backward of the GPU's own out and lse. */
-    cpu_attention_backward(dqkv_ref, dout, qkv, out, lse, NULL, B, T, Hq, Hkv, D, drop);
-    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
+    cpu_attention_backward_window(dqkv_ref, dout, qkv, out, lse, NULL, B, T, Hq, Hkv, D, c->window, drop);
+    fsdp_cuda_flash_backward_window(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, c->window, drop, t, d_scr,
+                                    0);
     sync_check("flash backward");
     download(dqkv, d_dqkv, nqkv, t);
     const size_t ntok = (size_t)B * T;
@@ -128,15 +133,16 @@ static void run_flash(const flash_case *c) {
     /* Determinism: poison, run again, compare bits. */
     CK(cudaMemset(d_dqkv, 0xff, nqkv * esz(t)));
     CK(cudaMemset(d_scr, 0xff, scr_bytes));
-    fsdp_cuda_flash_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, drop, t, d_scr, 0);
+    fsdp_cuda_flash_backward_window(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, c->window, drop, t, d_scr,
+                                    0);
     sync_check("flash backward (second run)");
     download(dqkv2, d_dqkv, nqkv, t);
     int det = memcmp(dqkv, dqkv2, nqkv * sizeof(float)) == 0;
 
     int ok = pass(e_out, tol) && pass(e_lse, tol_lse) && pass(e_dq, tol) && pass(e_dk, tol) && pass(e_dv, tol) && det;
-    check_that(ok, "flash %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s",
-               fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, e_out, e_lse, e_dq, e_dk,
-               e_dv, det ? "deterministic" : "NOT DETERMINISTIC");
+    check_that(ok, "flash %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f window=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s",
+               fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, c->window, e_out, e_lse,
+               e_dq, e_dk, e_dv, det ? "deterministic" : "NOT DETERMINISTIC");
 
     CK(cudaFree(b_qkv));
     CK(cudaFree(b_out));
@@ -149,12 +155,46 @@ static void run_flash(const flash_case *c) {
 
 /* ---- eager softmax ------------------------------------------------------------------------------ */
 
-/* The log-sum-exp of a causal row of scores (columns 0..row_t), scaled, in double. */
-static double causal_row_lse(const float *s, int row_t, float scale) {
+/* The log-sum-exp of a causal row of scores (columns j0..row_t), scaled, in double. */
+static double window_row_lse(const float *s, int j0, int row_t, float scale) {
     double m = -INFINITY, sum = 0.0;
-    for (int j = 0; j <= row_t; j++) m = fmax(m, (double)scale * s[j]);
-    for (int j = 0; j <= row_t; j++) sum += exp((double)scale * s[j] - m);
+    for (int j = j0; j <= row_t; j++) m = fmax(m, (double)scale * s[j]);
+    for (int j = j0; j <= row_t; j++) sum += exp((double)scale * s[j] - m);
     return m + log(sum);
+}
+static double causal_row_lse(const float *s, int row_t, float scale) { return window_row_lse(s, 0, row_t, scale); }
+
+/* The eager softmax within a sliding window: columns row_t - window < j <= row_t visible, every
+ * other one exactly 0; the backward of the stored probabilities (0 outside) gives dscores 0 there. */
+static void run_softmax_window(fsdp_dtype t, int BH, int T, int window) {
+    const size_t n = (size_t)BH * T * T, rows = (size_t)BH * T;
+    const float scale = 0.125f;
+    const double tol = t == FSDP_BF16 ? 2e-2 : 1e-4;
+    float *sc = hrand(n, 4.0f, t), *p_ref = hmalloc(n), *lse_ref = hmalloc(rows), *got = hmalloc(n), *lse = hmalloc(rows);
+    for (size_t r = 0; r < rows; r++) {
+        const int row_t = (int)(r % T), j0 = row_t - window + 1 > 0 ? row_t - window + 1 : 0;
+        const double l = window_row_lse(sc + r * T, j0, row_t, scale);
+        lse_ref[r] = (float)l;
+        for (int j = 0; j < T; j++)
+            p_ref[r * T + j] = j >= j0 && j <= row_t ? (float)exp((double)scale * sc[r * T + j] - l) : 0.0f;
+    }
+    void *b_a, *b_l;
+    void *d_a = dev_alloc(n, t, 0, &b_a);
+    float *d_lse = dev_alloc(rows, FSDP_F32, 0, &b_l);
+    upload(d_a, sc, n, t);
+    fsdp_cuda_causal_softmax_forward_window(d_a, d_lse, d_a, BH, T, window, scale, t, 0);
+    sync_check("causal softmax forward (window)");
+    download(got, d_a, n, t);
+    download(lse, d_lse, rows, FSDP_F32);
+    int zeros = 1;
+    for (size_t i = 0; i < n; i++) zeros &= p_ref[i] != 0.0f || got[i] == 0.0f;
+    const double e_p = rel_err(got, p_ref, n), e_l = rel_err(lse, lse_ref, rows);
+    check_that(pass(e_p, tol) && pass(e_l, t == FSDP_BF16 ? 1e-3 : 1e-4) && zeros,
+               "causal softmax %s BH=%d T=%d window=%d: probs %.2e lse %.2e%s", fsdp_dtype_name(t), BH, T, window, e_p,
+               e_l, zeros ? "" : " (entries outside the window not 0)");
+    CK(cudaFree(b_a));
+    CK(cudaFree(b_l));
+    free(sc), free(p_ref), free(lse_ref), free(got), free(lse);
 }
 
 static void run_softmax(fsdp_dtype t, int BH, int T) {
@@ -430,18 +470,18 @@ int main(int argc, char **argv) {
                 const int group = 1 << gi, Hkv = group == 4 ? 1 : 2, T = Ts[ti];
                 if (quick && T > 200) continue;
                 const int B = T >= 1024 ? 1 : 1 + (ti + gi) % 2;
-                flash_case c = {FSDP_BF16, di == 0 ? 64 : 128, B, T, group * Hkv, Hkv, 0, 0.0};
+                flash_case c = {FSDP_BF16, di == 0 ? 64 : 128, B, T, group * Hkv, Hkv, 0, 0.0, 0};
                 run_flash(&c);
             }
 
     /* Exact path. */
     const flash_case exact[] = {
-        {FSDP_F32, 64, 2, 37, 4, 2, 0, 0.0},   {FSDP_F32, 64, 1, 200, 4, 1, 0, 0.0},
-        {FSDP_F32, 64, 1, 1, 2, 2, 0, 0.0},    {FSDP_F32, 128, 1, 130, 4, 1, 0, 0.0},
-        {FSDP_F32, 40, 2, 37, 4, 2, 0, 0.0},   {FSDP_F32, 40, 1, 128, 2, 2, 0, 0.0},
-        {FSDP_BF16, 40, 2, 37, 4, 1, 0, 0.0},  {FSDP_BF16, 40, 1, 200, 4, 2, 0, 0.0},
-        {FSDP_BF16, 256, 1, 70, 2, 1, 0, 0.0}, {FSDP_F32, 6, 2, 45, 3, 1, 0, 0.0},
-        {FSDP_BF16, 64, 2, 37, 4, 2, 1, 0.0},  {FSDP_BF16, 128, 1, 100, 2, 1, 1, 0.0},
+        {FSDP_F32, 64, 2, 37, 4, 2, 0, 0.0, 0},   {FSDP_F32, 64, 1, 200, 4, 1, 0, 0.0, 0},
+        {FSDP_F32, 64, 1, 1, 2, 2, 0, 0.0, 0},    {FSDP_F32, 128, 1, 130, 4, 1, 0, 0.0, 0},
+        {FSDP_F32, 40, 2, 37, 4, 2, 0, 0.0, 0},   {FSDP_F32, 40, 1, 128, 2, 2, 0, 0.0, 0},
+        {FSDP_BF16, 40, 2, 37, 4, 1, 0, 0.0, 0},  {FSDP_BF16, 40, 1, 200, 4, 2, 0, 0.0, 0},
+        {FSDP_BF16, 256, 1, 70, 2, 1, 0, 0.0, 0}, {FSDP_F32, 6, 2, 45, 3, 1, 0, 0.0, 0},
+        {FSDP_BF16, 64, 2, 37, 4, 2, 1, 0.0, 0},  {FSDP_BF16, 128, 1, 100, 2, 1, 1, 0.0, 0},
     };
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) run_flash(&exact[i]);
 
@@ -459,24 +499,45 @@ int main(int argc, char **argv) {
                 const int group = 1 << gi, Hkv = group == 4 ? 1 : 2, T = dT[ti];
                 if (quick && T > 200) continue;
                 const int B = T >= 1024 ? 1 : 1 + (ti + gi) % 2;
-                flash_case c = {FSDP_BF16, di == 0 ? 64 : 128, B, T, group * Hkv, Hkv, 0, gi == 1 ? 0.5 : 0.1};
+                flash_case c = {FSDP_BF16, di == 0 ? 64 : 128, B, T, group * Hkv, Hkv, 0, gi == 1 ? 0.5 : 0.1, 0};
                 run_flash(&c);
             }
     const flash_case exact_drop[] = {
-        {FSDP_F32, 64, 2, 37, 4, 2, 0, 0.1},   {FSDP_F32, 128, 1, 130, 4, 1, 0, 0.3},
-        {FSDP_F32, 40, 2, 37, 4, 2, 0, 0.1},   {FSDP_BF16, 40, 1, 200, 4, 2, 0, 0.1},
-        {FSDP_BF16, 256, 1, 70, 2, 1, 0, 0.2}, {FSDP_BF16, 64, 2, 37, 4, 2, 1, 0.1},
+        {FSDP_F32, 64, 2, 37, 4, 2, 0, 0.1, 0},   {FSDP_F32, 128, 1, 130, 4, 1, 0, 0.3, 0},
+        {FSDP_F32, 40, 2, 37, 4, 2, 0, 0.1, 0},   {FSDP_BF16, 40, 1, 200, 4, 2, 0, 0.1, 0},
+        {FSDP_BF16, 256, 1, 70, 2, 1, 0, 0.2, 0}, {FSDP_BF16, 64, 2, 37, 4, 2, 1, 0.1, 0},
     };
     for (size_t i = 0; i < sizeof exact_drop / sizeof exact_drop[0]; i++) run_flash(&exact_drop[i]);
     const flash_case probes[] = {
-        {FSDP_BF16, 64, 2, 64, 2, 2, 0, 0.3},  {FSDP_BF16, 64, 1, 37, 4, 1, 0, 0.5},
-        {FSDP_BF16, 128, 2, 128, 2, 2, 0, 0.3}, {FSDP_BF16, 128, 1, 100, 4, 2, 0, 0.1},
-        {FSDP_F32, 64, 2, 64, 4, 2, 0, 0.3},   {FSDP_BF16, 40, 1, 37, 2, 2, 0, 0.3},
-        {FSDP_BF16, 64, 1, 50, 2, 2, 1, 0.3},
+        {FSDP_BF16, 64, 2, 64, 2, 2, 0, 0.3, 0},  {FSDP_BF16, 64, 1, 37, 4, 1, 0, 0.5, 0},
+        {FSDP_BF16, 128, 2, 128, 2, 2, 0, 0.3, 0}, {FSDP_BF16, 128, 1, 100, 4, 2, 0, 0.1, 0},
+        {FSDP_F32, 64, 2, 64, 4, 2, 0, 0.3, 0},   {FSDP_BF16, 40, 1, 37, 2, 2, 0, 0.3, 0},
+        {FSDP_BF16, 64, 1, 50, 2, 2, 1, 0.3, 0},
     };
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) run_flash_probe(&probes[i]);
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < 3; i++) run_softmax_dropout(k ? FSDP_BF16 : FSDP_F32, 2, 3, sT[i], 0.2);
+
+    /* Sliding windows (Mistral): windows shorter than a key block, across block and tile edges, and
+     * longer than the sequence; every path (tensor cores at D = 64 and 128, the exact path in fp32,
+     * odd head dims, an unaligned bf16 tensor), GQA, with and without dropout; the eager softmax. */
+    const flash_case windows[] = {
+        {FSDP_BF16, 64, 2, 200, 4, 2, 0, 0.0, 5},     {FSDP_BF16, 64, 1, 300, 8, 2, 0, 0.0, 64},
+        {FSDP_BF16, 64, 1, 1024, 4, 1, 0, 0.0, 100},  {FSDP_BF16, 128, 2, 200, 4, 2, 0, 0.0, 33},
+        {FSDP_BF16, 128, 1, 1024, 8, 2, 0, 0.0, 257}, {FSDP_BF16, 128, 1, 37, 2, 2, 0, 0.0, 100},
+        {FSDP_BF16, 64, 2, 200, 4, 2, 0, 0.2, 17},    {FSDP_BF16, 128, 1, 130, 4, 1, 0, 0.1, 40},
+        {FSDP_F32, 64, 2, 150, 4, 2, 0, 0.0, 7},      {FSDP_F32, 40, 1, 200, 4, 1, 0, 0.0, 50},
+        {FSDP_BF16, 40, 2, 100, 2, 2, 0, 0.0, 1},     {FSDP_BF16, 64, 1, 150, 4, 2, 1, 0.0, 31},
+        {FSDP_F32, 128, 1, 100, 2, 1, 0, 0.3, 9},
+    };
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        if (quick && windows[i].T > 300) continue;
+        run_flash(&windows[i]);
+    }
+    for (int k = 0; k < 2; k++) {
+        run_softmax_window(k ? FSDP_BF16 : FSDP_F32, 3, 37, 5);
+        run_softmax_window(k ? FSDP_BF16 : FSDP_F32, 2, 200, 64);
+    }
 
     return check_summary("test_gpu_attention");
 }

@@ -154,8 +154,8 @@ static void test_norm(int llama, int N, int C) {
 }
 
 /* p > 0 drops the probabilities (attention_forward / _backward with a dropout descriptor) on both
- * backends; p = 0 passes no descriptor. */
-static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D, double p) {
+ * backends; p = 0 passes no descriptor. window > 0: Mistral's sliding window. */
+static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D, double p, int window) {
     char name[128];
     const char *m = mode == FSDP_ATTN_EAGER ? "eager" : "flash";
     const fsdp_dropout drop = fsdp_dropout_make(p, 4321, 777, 3, FSDP_DROPOUT_ATTN_PROBS);
@@ -166,9 +166,9 @@ static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D,
     void *dqkvin = upload(qkv, nq, ACT), *dout = poisoned(no, ACT), *dlse = poisoned(nl, FSDP_F32);
     void *dprobs = mode == FSDP_ATTN_EAGER ? poisoned(np, ACT) : NULL;
     const fsdp_dropout *dr = p > 0 ? &drop : NULL;
-    cpu->ops->attention_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D, dr);
-    gpu->ops->attention_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D, dr);
-    snprintf(name, sizeof name, "attention %s fwd B%d T%d H%d/%d D%d p%.1f", m, B, T, Hq, Hkv, D, p);
+    cpu->ops->attention_forward(cpu, mode, out, lse, cprobs, qkv, B, T, Hq, Hkv, D, window, dr);
+    gpu->ops->attention_forward(gpu, mode, dout, dlse, dprobs, dqkvin, B, T, Hq, Hkv, D, window, dr);
+    snprintf(name, sizeof name, "attention %s fwd B%d T%d H%d/%d D%d p%.1f W%d", m, B, T, Hq, Hkv, D, p, window);
     compare(name, out, dout, no, ACT, tolerance());
     snprintf(name, sizeof name, "attention %s fwd lse", m);
     compare(name, lse, dlse, nl, FSDP_F32, ACT == FSDP_BF16 ? 2e-3 : 1e-5);
@@ -176,14 +176,43 @@ static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D,
     float *dy = randn(no, 1.0f), *dq = malloc(nq * 4);
     /* The backward reads the forward's output; give both sides their own. */
     void *ddy = upload(dy, no, ACT), *ddq = poisoned(nq, ACT);
-    cpu->ops->attention_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D, dr);
-    gpu->ops->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, dr);
-    snprintf(name, sizeof name, "attention %s bwd dqkv B%d T%d H%d/%d D%d p%.1f", m, B, T, Hq, Hkv, D, p);
+    cpu->ops->attention_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D, window, dr);
+    gpu->ops->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, window, dr);
+    snprintf(name, sizeof name, "attention %s bwd dqkv B%d T%d H%d/%d D%d p%.1f W%d", m, B, T, Hq, Hkv, D, p, window);
     compare(name, dq, ddq, nq, ACT, ACT == FSDP_BF16 ? 3e-2 : 1e-4);
     free(qkv), free(out), free(lse), free(probs), free(dy), free(dq);
     gpu->runtime->free(gpu, dqkvin), gpu->runtime->free(gpu, dout), gpu->runtime->free(gpu, dlse);
     gpu->runtime->free(gpu, ddy), gpu->runtime->free(gpu, ddq);
     if (dprobs) gpu->runtime->free(gpu, dprobs);
+}
+
+/* Qwen3's per-head q/k RMSNorm: forward (out, rstd), backward (dinp overwritten, in place as the
+ * model runs it; the weights' gradients accumulated). */
+static void test_qk_norm(int N, int Hq, int Hkv, int D) {
+    char name[96];
+    const size_t n = (size_t)N * (Hq + 2 * Hkv) * D, nr = (size_t)N * (Hq + Hkv);
+    float *x = randn(n, 1.5f), *wq = randn(D, 0.3f), *wk = randn(D, 0.3f);
+    for (int i = 0; i < D; i++) wq[i] += 1.0f, wk[i] += 1.0f;
+    float *out = malloc(n * 4), *rstd = malloc(nr * 4);
+    void *dx = upload(x, n, ACT), *dwq = upload(wq, D, ACT), *dwk = upload(wk, D, ACT);
+    void *dout = poisoned(n, ACT), *drstd = poisoned(nr, FSDP_F32);
+    cpu->ops->qk_norm_forward(cpu, out, rstd, x, wq, wk, N, Hq, Hkv, D, 1e-6f);
+    gpu->ops->qk_norm_forward(gpu, dout, drstd, dx, dwq, dwk, N, Hq, Hkv, D, 1e-6f);
+    snprintf(name, sizeof name, "qk_norm fwd N%d H%d/%d D%d", N, Hq, Hkv, D);
+    compare(name, out, dout, n, ACT, tolerance());
+    compare("qk_norm fwd rstd", rstd, drstd, nr, FSDP_F32, ACT == FSDP_BF16 ? 1e-3 : 1e-5);
+    float *dy = randn(n, 1.0f), *gq0 = randn(D, 1.0f), *gk0 = randn(D, 1.0f);
+    float *dxc = malloc(n * 4), *gqc = copy(gq0, D), *gkc = copy(gk0, D);
+    void *ddy = upload(dy, n, ACT), *dgq = upload(gq0, D, GRAD), *dgk = upload(gk0, D, GRAD);
+    cpu->ops->qk_norm_backward(cpu, dxc, gqc, gkc, dy, x, wq, wk, rstd, N, Hq, Hkv, D);
+    gpu->ops->qk_norm_backward(gpu, ddy, dgq, dgk, ddy, dx, dwq, dwk, drstd, N, Hq, Hkv, D); /* in place */
+    snprintf(name, sizeof name, "qk_norm bwd dinp (in place) N%d H%d/%d D%d", N, Hq, Hkv, D);
+    compare(name, dxc, ddy, n, ACT, tolerance());
+    compare("qk_norm bwd d q_norm (+=)", gqc, dgq, D, GRAD, tolerance());
+    compare("qk_norm bwd d k_norm (+=)", gkc, dgk, D, GRAD, tolerance());
+    free(x), free(wq), free(wk), free(out), free(rstd), free(dy), free(gq0), free(gk0), free(dxc), free(gqc), free(gkc);
+    void *ptrs[] = {dx, dwq, dwk, dout, drstd, ddy, dgq, dgk};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->runtime->free(gpu, ptrs[i]);
 }
 
 /* The residual-dropout ops of the table: stand-alone forward and backward, and the norms with the
@@ -393,14 +422,18 @@ static void run_mode(fsdp_dtype act, fsdp_dtype grad) {
     test_matmul(37, 40, 24, 0, 0, 0), test_matmul(37, 40, 72, 1, 0, 1), test_matmul(37, 72, 40, 1, 1, 0);
     test_matmul(512, 2048, 3072, 0, 0, 0), test_matmul(512, 8192, 2048, 0, 1, 0), test_matmul(256, 2048, 8192, 1, 0, 1);
     for (int mode = 0; mode < 2; mode++) {
-        test_attention((fsdp_attn)mode, 2, 37, 6, 2, 8, 0.0);
-        test_attention((fsdp_attn)mode, 1, 200, 4, 4, 64, 0.0);
-        test_attention((fsdp_attn)mode, 2, 256, 32, 8, 64, 0.0);
-        test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128, 0.0);
-        test_attention((fsdp_attn)mode, 2, 37, 6, 2, 8, 0.1);
-        test_attention((fsdp_attn)mode, 2, 256, 32, 8, 64, 0.1);
-        test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128, 0.5);
+        test_attention((fsdp_attn)mode, 2, 37, 6, 2, 8, 0.0, 0);
+        test_attention((fsdp_attn)mode, 1, 200, 4, 4, 64, 0.0, 0);
+        test_attention((fsdp_attn)mode, 2, 256, 32, 8, 64, 0.0, 0);
+        test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128, 0.0, 0);
+        test_attention((fsdp_attn)mode, 2, 37, 6, 2, 8, 0.1, 0);
+        test_attention((fsdp_attn)mode, 2, 256, 32, 8, 64, 0.1, 0);
+        test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128, 0.5, 0);
+        test_attention((fsdp_attn)mode, 2, 37, 6, 2, 8, 0.0, 5); /* sliding windows */
+        test_attention((fsdp_attn)mode, 2, 200, 4, 2, 64, 0.0, 17);
+        test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128, 0.1, 40);
     }
+    test_qk_norm(37, 4, 2, 12), test_qk_norm(512, 16, 8, 128), test_qk_norm(300, 6, 3, 64);
     test_dropout_ops(1, 2, 37, 40, 0.1), test_dropout_ops(0, 2, 37, 40, 0.1);
     test_dropout_ops(1, 4, 256, 2048, 0.1), test_dropout_ops(0, 4, 256, 2048, 0.1);
     test_optimizer(1000003);

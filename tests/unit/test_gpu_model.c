@@ -1,7 +1,9 @@
 /* The whole model on the CUDA backend against the CPU backend: the loss and every parameter
  * gradient of one forward and backward, for tiny Llama (GQA, tied, llama3 rope), tiny OPT, tiny
- * Qwen2 (q/k/v biases, untied), inputs holding the padding_idx where the model has one, and a
- * small Llama with head dimension 64 (the tensor-core attention path), with flash and eager
+ * Qwen2 (q/k/v biases, untied), inputs holding the padding_idx where the model has one, a small
+ * Llama with head dimension 64 (the tensor-core attention path), tiny Qwen3 (per-head q/k norms),
+ * tiny Mistral (a window of 5 in 37 tokens) and a small Mistral at head dimension 64 (a window of
+ * 50 in 200 tokens, across the tensor-core kernels' key blocks), with flash and eager
  * attention, in fp32 (tolerance 1e-4) and bf16 mixed precision against the CPU's bf16 emulation
  * (loss 1e-2, gradients 6e-2 with flash and 2e-1 with eager, whose dP is bf16). Then the same as
  * training micro-batches with dropout (OPT: 0.1 on the attention and MLP outputs and 0.1 on the
@@ -178,15 +180,27 @@ int main(int argc, char **argv) {
     fsdp_model_preset("tiny-llama", &sl);
     snprintf(sl.name, sizeof sl.name, "small-llama-d64");
     sl.hidden_size = 256, sl.num_heads = 4, sl.num_kv_heads = 2, sl.head_dim = 64, sl.intermediate_size = 512;
-    const model_case plain[] = {
-        {"tiny-llama", &tl, 37}, {"tiny-opt", &to, 37}, {"tiny-qwen2", &tq, 37}, {"small-llama-d64", &sl, 200}};
-    compare_models(plain, 4);
+    /* Qwen3's per-head q/k norms, and Mistral's window at head dimension 64 (the tensor-core path):
+     * a window of 5 in 37 tokens, and of 50 in 200 (across the kernels' key blocks). */
+    fsdp_model_config q3, mi, sm;
+    fsdp_model_preset("tiny-qwen3", &q3);
+    fsdp_model_preset("tiny-mistral", &mi);
+    fsdp_model_preset("tiny-mistral", &sm);
+    snprintf(sm.name, sizeof sm.name, "small-mistral-d64");
+    sm.hidden_size = 256, sm.num_heads = 4, sm.num_kv_heads = 2, sm.head_dim = 64, sm.intermediate_size = 512;
+    sm.sliding_window = 50;
+    const model_case plain[] = {{"tiny-llama", &tl, 37},        {"tiny-opt", &to, 37},     {"tiny-qwen2", &tq, 37},
+                                {"small-llama-d64", &sl, 200},  {"tiny-qwen3", &q3, 37},   {"tiny-mistral", &mi, 37},
+                                {"small-mistral-d64", &sm, 200}};
+    compare_models(plain, 7);
     /* Training with dropout: tiny-opt's `dropout` and every model's attention_dropout. */
     to.dropout = 0.1f, to.attention_dropout = 0.1f;
     tl.attention_dropout = tq.attention_dropout = sl.attention_dropout = 0.1f;
-    const model_case dropout[] = {
-        {"tiny-opt", &to, 37}, {"tiny-llama", &tl, 37}, {"tiny-qwen2", &tq, 37}, {"small-llama-d64", &sl, 200}};
-    compare_models(dropout, 4);
+    q3.attention_dropout = sm.attention_dropout = 0.1f;
+    const model_case dropout[] = {{"tiny-opt", &to, 37},       {"tiny-llama", &tl, 37},
+                                  {"tiny-qwen2", &tq, 37},     {"small-llama-d64", &sl, 200},
+                                  {"tiny-qwen3", &q3, 37},     {"small-mistral-d64", &sm, 200}};
+    compare_models(dropout, 6);
     int status = check_summary("test_gpu_model");
     MPI_Finalize();
     return status;

@@ -182,6 +182,68 @@ static void test_qwen2(void) {
     CHECK(parse(edit(QWEN2_5_0_5B, "\"sliding_window\": 32768", "\"sliding_window\": 7"), "a.json", &c, &err) == 0);
 }
 
+static void round_trip(const fsdp_model_config *c, const char *what);
+
+/* Qwen3: the per-head q/k norms and a head_dim of its own. */
+static void test_qwen3(void) {
+    fsdp_model_config c, preset;
+    fsdp_err err;
+    CHECK(parse(QWEN3_0_6B, "Qwen/Qwen3-0.6B/config.json", &c, &err) == 0);
+    if (err.failed) fprintf(stderr, "  %s\n", err.msg);
+    CHECK(fsdp_model_preset("qwen3-0.6b", &preset) == 0);
+    CHECK(same_config(&c, &preset));
+    CHECK(c.family == fsdp_family_find("qwen3") && c.head_dim == 128 && c.hidden_size == 1024 && c.num_heads == 16);
+    CHECK(c.biases == 0 && c.tie_word_embeddings == 1 && c.sliding_window == 0 && c.eos_token_id == 151645);
+    /* 0.6B as published: 28 layers of q (1024 -> 2048), k, v (-> 1024), o, SwiGLU, two norms and
+     * the q_norm and k_norm weights (128 each), the tied embedding and the final norm. */
+    CHECK(fsdp_model_num_params(&c) == 596049920LL);
+    fsdp_layout l;
+    fsdp_layout_build(&c, &l);
+    int qn = fsdp_layout_find(&l, "model.layers.27.self_attn.q_norm.weight");
+    int kn = fsdp_layout_find(&l, "model.layers.0.self_attn.k_norm.weight");
+    CHECK(qn >= 0 && kn >= 0 && l.params[qn].numel == 128 && l.params[kn].numel == 128 && !l.params[qn].decay);
+    fsdp_layout_free(&l);
+    /* Qwen3Config's defaults: head_dim 128 and 32 kv heads when absent; null derives them. */
+    const char *minimal = "{\"model_type\": \"qwen3\", \"vocab_size\": 1000, \"hidden_size\": 64, "
+                          "\"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 32, "
+                          "\"max_position_embeddings\": 256}";
+    CHECK(parse(minimal, "min.json", &c, &err) == 0);
+    CHECK(c.head_dim == 128 && c.num_kv_heads == 32 && c.biases == 0 && c.tie_word_embeddings == 0);
+    CHECK(parse(edit(QWEN3_0_6B, "\"head_dim\": 128", "\"head_dim\": null"), "a.json", &c, &err) == 0 &&
+          c.head_dim == 64);
+    CHECK(parse(edit(QWEN3_0_6B, "\"attention_bias\": false", "\"attention_bias\": true"), "a.json", &c, &err) == 0 &&
+          c.biases == (FSDP_BIAS_QKV | FSDP_BIAS_O));
+    expect_reject(edit(QWEN3_0_6B, "\"use_sliding_window\": false", "\"use_sliding_window\": true"), "q.json",
+                  "use_sliding_window true is not supported", NULL);
+}
+
+/* Mistral: sliding_window (4096 when absent, none when null) and its own head_dim. */
+static void test_mistral(void) {
+    fsdp_model_config c, preset;
+    fsdp_err err;
+    CHECK(parse(MISTRAL_7B, "mistralai/Mistral-7B-v0.1/config.json", &c, &err) == 0);
+    if (err.failed) fprintf(stderr, "  %s\n", err.msg);
+    CHECK(fsdp_model_preset("mistral-7b", &preset) == 0);
+    CHECK(same_config(&c, &preset));
+    CHECK(c.family == fsdp_family_find("mistral") && c.sliding_window == 4096 && c.head_dim == 128);
+    CHECK(c.num_kv_heads == 8 && c.norm_eps == 1e-5f && c.tie_word_embeddings == 0 && c.biases == 0);
+    CHECK(fsdp_model_num_params(&c) == 7241732096LL); /* the published 7.24B */
+    CHECK(parse(edit(MISTRAL_7B, "\"sliding_window\": 4096", "\"sliding_window\": null"), "a.json", &c, &err) == 0 &&
+          c.sliding_window == 0);
+    round_trip(&c, "Mistral without a window");
+    CHECK(parse(edit(MISTRAL_7B, "  \"sliding_window\": 4096,\n", ""), "a.json", &c, &err) == 0 &&
+          c.sliding_window == 4096);
+    CHECK(parse(edit(MISTRAL_7B, "\"num_attention_heads\": 32", "\"num_attention_heads\": 32, \"head_dim\": 96"),
+                "a.json", &c, &err) == 0 &&
+          c.head_dim == 96);
+    expect_reject(edit(MISTRAL_7B, "\"sliding_window\": 4096", "\"sliding_window\": 0"), "m.json",
+                  "sliding_window 0 is out of range", NULL);
+    /* MistralConfig's default kv heads are 8; an explicit null means num_attention_heads. */
+    CHECK(parse(edit(MISTRAL_7B, "\"num_key_value_heads\": 8", "\"num_key_value_heads\": null"), "a.json", &c,
+                &err) == 0 &&
+          c.num_kv_heads == 32);
+}
+
 static void test_rope(void) {
     fsdp_model_config c;
     fsdp_err err;
@@ -345,7 +407,7 @@ static void test_tables(void) {
 static void test_rejections(void) {
     const char *o = "models/x/config.json";
     const char *L = LLAMA_3_2_1B, *O = OPT_1_3B, *Q = QWEN2_5_0_5B, *Q5 = QWEN2_5_0_5B_V5;
-    expect_reject(edit(L, "\"llama\"", "\"gpt2\""), o, "model_type 'gpt2' is not supported (llama, opt, qwen2)", NULL);
+    expect_reject(edit(L, "\"llama\"", "\"gpt2\""), o, "model_type 'gpt2' is not supported (llama, opt, qwen2, qwen3, mistral)", NULL);
     expect_reject(edit(L, "\"model_type\": \"llama\",", ""), o, "missing field model_type", NULL);
     expect_reject(edit(L, "\"model_type\": \"llama\"", "\"model_type\": 3"), o, "model_type", "string");
     expect_reject("[1, 2]", o, "expected a JSON object", NULL);
@@ -462,6 +524,8 @@ int main(void) {
     test_llama();
     test_opt();
     test_qwen2();
+    test_qwen3();
+    test_mistral();
     test_rope();
     test_round_trips();
     test_tables();

@@ -3,7 +3,9 @@
  * decoded token by token, prefilled all at once, and prefilled in part then decoded, equal the
  * training forward's logits within 1e-5 relative (fp32; 1e-2 with bf16 emulated), for tiny Llama
  * (GQA, llama3 rope, tied), tiny OPT (learned positions at offset 2, LayerNorm, ReLU, biases),
- * tiny Qwen2 (q/k/v biases) and tests/data/tiny-llama-untied (head_dim 10, every bias, untied).
+ * tiny Qwen2 (q/k/v biases), tests/data/tiny-llama-untied (head_dim 10, every bias, untied), tiny
+ * Qwen3 (per-head q/k norms, head_dim 12 of hidden 40) and tiny Mistral (a sliding window of 5 in a
+ * sequence of 23: generation well past the window).
  *
  * The comparison is shown to be sensitive: a sequence that differs in its first token only must
  * change the last position's logits (the cache is read), and the same tokens decoded one position
@@ -34,21 +36,47 @@ static void run_model(const char *model, fsdp_dtype act, double tol) {
         check_close(what, e, tol);
     }
 
-    /* Sensitivity: the first token changed, and the whole sequence one position later. */
+    /* Sensitivity: the first token changed, and the whole sequence one position later. With a
+     * sliding window (tiny-mistral: 5 keys, 2 layers) the last position sees back to position
+     * T - 1 - layers * (window - 1) only: a first token before that must change nothing, to the
+     * bit, and one inside it must change the logits (generation runs past the window, and the
+     * decoder applies it). */
     int32_t other[64];
     memcpy(other, tokens, sizeof other);
     other[0] = (tokens[0] + 1) % V;
-    rig_decoder_logits(&r, other, T, 1, got);
-    double e = rig_worst(got + (size_t)(T - 1) * V, ref + (size_t)(T - 1) * V, 1, V);
-    check_that(e > 0.05, "%s: another first token changes the last logits (the cache is read): %.3e (bound %.0e)",
-               model, e, 0.05);
+    const int W = r.cfg.sliding_window, reach = W ? T - 1 - r.cfg.num_layers * (W - 1) : 0;
+    double e;
+    if (reach > 0) {
+        float *same = malloc(n * sizeof(float));
+        rig_decoder_logits(&r, tokens, T, 1, same);
+        rig_decoder_logits(&r, other, T, 1, got);
+        e = rig_worst(got + (size_t)(T - 1) * V, same + (size_t)(T - 1) * V, 1, V);
+        check_that(e == 0.0, "%s: a first token outside the last position's window (it sees back to %d) changes "
+                   "nothing: %.3e", model, reach, e);
+        memcpy(other, tokens, sizeof other);
+        other[reach] = (tokens[reach] + 1) % V;
+        rig_decoder_logits(&r, other, T, 1, got);
+        e = rig_worst(got + (size_t)(T - 1) * V, same + (size_t)(T - 1) * V, 1, V);
+        check_that(e > 0.05, "%s: a token at the window's reach (%d) changes the last logits: %.3e (bound %.0e)",
+                   model, reach, e, 0.05);
+        free(same);
+    } else {
+        rig_decoder_logits(&r, other, T, 1, got);
+        e = rig_worst(got + (size_t)(T - 1) * V, ref + (size_t)(T - 1) * V, 1, V);
+        check_that(e > 0.05, "%s: another first token changes the last logits (the cache is read): %.3e (bound %.0e)",
+                   model, e, 0.05);
+    }
     int32_t shifted[65];
     shifted[0] = tokens[5];
     memcpy(shifted + 1, tokens, (size_t)T * sizeof(int32_t));
     float *got2 = malloc((size_t)(T + 1) * V * sizeof(float));
     rig_decoder_logits(&r, shifted, T + 1, 1, got2);
     e = rig_worst(got2 + (size_t)T * V, ref + (size_t)(T - 1) * V, 1, V);
-    check_that(e > 0.05, "%s: the same tokens one position later give other logits: %.3e (bound %.0e)", model, e, 0.05);
+    if (reach > 0) /* rotary positions are relative, and the window hides the token put first */
+        check_close("the same tokens one position later, a token outside the window first (sliding window)", e, tol);
+    else
+        check_that(e > 0.05, "%s: the same tokens one position later give other logits: %.3e (bound %.0e)", model, e,
+                   0.05);
     free(got2);
     free(ref);
     free(got);
@@ -94,10 +122,12 @@ static void refusals(void) {
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    const char *models[] = {"tiny-llama", "tiny-opt", "tiny-qwen2", "tiny-llama-untied"};
-    for (int i = 0; i < 4; i++) run_model(models[i], FSDP_F32, 1e-5);
+    const char *models[] = {"tiny-llama", "tiny-opt", "tiny-qwen2", "tiny-llama-untied", "tiny-qwen3", "tiny-mistral"};
+    for (int i = 0; i < 6; i++) run_model(models[i], FSDP_F32, 1e-5);
     run_model("tiny-llama", FSDP_BF16, 1e-2);
     run_model("tiny-opt", FSDP_BF16, 1e-2);
+    run_model("tiny-qwen3", FSDP_BF16, 1e-2);
+    run_model("tiny-mistral", FSDP_BF16, 1e-2);
     refusals();
     int status = check_summary("test_kv_decode");
     MPI_Finalize();

@@ -11,7 +11,8 @@
 #include "check.h"
 
 static int is_norm(fsdp_module m) {
-    return m == FSDP_MOD_NORM_ATTN || m == FSDP_MOD_NORM_MLP || m == FSDP_MOD_NORM_FINAL;
+    return m == FSDP_MOD_NORM_ATTN || m == FSDP_MOD_NORM_MLP || m == FSDP_MOD_NORM_FINAL || m == FSDP_MOD_Q_NORM ||
+           m == FSDP_MOD_K_NORM;
 }
 
 static void check_layout(const fsdp_model_config *c) {
@@ -49,6 +50,12 @@ static void check_layout(const fsdp_model_config *c) {
     CHECK((b0->weight[FSDP_MOD_GATE] >= 0) == (f->mlp == FSDP_MLP_SWIGLU));
     CHECK((l.units[0].weight[FSDP_MOD_EMBED_POSITIONS] >= 0) == (f->pos == FSDP_POS_LEARNED));
     CHECK((l.units[fsdp_unit_head(&l)].weight[FSDP_MOD_LM_HEAD] >= 0) == !c->tie_word_embeddings);
+    /* Qwen3's per-head norms: head_dim weights of q and of k, in every block, and nowhere else. */
+    for (int m = FSDP_MOD_Q_NORM; m <= FSDP_MOD_K_NORM; m++) {
+        CHECK((b0->weight[m] >= 0) == (f->qk_norm != 0));
+        if (b0->weight[m] >= 0) CHECK(l.params[b0->weight[m]].numel == c->head_dim && l.params[b0->weight[m]].ndim == 1);
+        CHECK(l.units[0].weight[m] < 0 && l.units[fsdp_unit_head(&l)].weight[m] < 0);
+    }
 
     /* Initial values. */
     int pad = fsdp_model_padding_idx(c);
@@ -101,7 +108,7 @@ int main(void) {
         check_layout(&c);
         n++;
     }
-    CHECK(n == 3);
+    CHECK(n == 5); /* tiny-llama, tiny-opt, tiny-qwen2, tiny-qwen3, tiny-mistral */
     printf("test_layout: %d tiny presets and variants\n", n);
     return check_summary("test_layout");
 }

@@ -154,6 +154,8 @@ int main(int argc, char **argv) {
     run("tiny-llama", 0, 0);
     run("tiny-opt", 0, 0);
     run("tiny-qwen2", 0, 0);
+    run("tiny-qwen3", 0, 0);   /* per-head q/k norms: their weights' and inputs' gradients */
+    run("tiny-mistral", 0, 0); /* a sliding window shorter than the sequence */
     run("tiny-opt", 0.2, 0.2);
     run("tiny-llama", 0, 0.25);
     int status = check_summary("test_model_grad");

@@ -378,6 +378,86 @@ static void test_attention(int B, int T, int Hq, int Hkv, int D) {
     attn_free(&c);
 }
 
+/* With a sliding window (Mistral): the reference masks keys j <= t - window too. */
+static void test_attention_window(int B, int T, int Hq, int Hkv, int D, int window) {
+    attn_ctx c = {.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D, .window = window};
+    attn_setup(&c);
+    attn_check_paths(&c, "attention (window)", "attention (window)");
+    /* The window is applied: the output differs from plain causal attention's where it cuts. */
+    size_t no = attn_out_numel(&c);
+    float *plain = alloc_f(no), *lse = alloc_f((size_t)B * Hq * T);
+    cpu_attention_forward(plain, lse, NULL, c.qkv, B, T, Hq, Hkv, D, NULL);
+    cpu_attention_forward_window(c.out, c.lse, NULL, c.qkv, B, T, Hq, Hkv, D, window, NULL);
+    double diff = 0.0;
+    for (size_t i = 0; i < no; i++) diff = fmax(diff, fabs((double)plain[i] - c.out[i]));
+    if (window < T)
+        check_that(diff > 1e-3, "attention window %d of %d changes the output: max diff %.2e", window, T, diff);
+    else
+        check_that(diff == 0.0, "attention window %d >= T %d is plain causal attention: max diff %.2e", window, T, diff);
+    free(plain), free(lse);
+    attn_free(&c);
+}
+
+/* ---- per-head q/k RMSNorm (Qwen3) --------------------------------------------------------------- */
+
+typedef struct {
+    int N, Hq, Hkv, D;
+    float eps;
+    float *inp, *wq, *wk, *out, *rstd, *R;
+} qkn_ctx;
+
+static size_t qkn_numel(const qkn_ctx *c) { return (size_t)c->N * (c->Hq + 2 * c->Hkv) * c->D; }
+
+static double qkn_loss(void *p) {
+    qkn_ctx *c = p;
+    cpu_qk_norm_forward(c->out, c->rstd, c->inp, c->wq, c->wk, c->N, c->Hq, c->Hkv, c->D, c->eps);
+    return dot_d(c->out, c->R, qkn_numel(c));
+}
+
+/* Forward against RMSNorm of each head in double (q heads with wq, k heads with wk, v copied), the
+ * gradients of the input and both weights against finite differences, and the in-place backward
+ * (dinp == dout, as the model runs it) against the out-of-place one. */
+static void test_qk_norm(void) {
+    qkn_ctx c = {.N = 5, .Hq = 4, .Hkv = 2, .D = 6, .eps = 1e-6f};
+    const size_t n = qkn_numel(&c), W = (size_t)(c.Hq + 2 * c.Hkv) * c.D, H = (size_t)(c.Hq + c.Hkv);
+    c.inp = rand_f(n, 2.0f);
+    c.wq = rand_f((size_t)c.D, 1.5f);
+    c.wk = rand_f((size_t)c.D, 1.5f);
+    c.out = alloc_f(n);
+    c.rstd = alloc_f((size_t)c.N * H);
+    c.R = rand_f(n, 1.0f);
+    fill_nan(c.out, n);
+    qkn_loss(&c);
+    double *ref = malloc(n * sizeof(double));
+    for (int r = 0; r < c.N; r++)
+        for (size_t h = 0; h < (size_t)(c.Hq + 2 * c.Hkv); h++) {
+            const float *x = c.inp + r * W + h * c.D;
+            double ss = 0.0;
+            for (int k = 0; k < c.D; k++) ss += (double)x[k] * x[k];
+            double rs = h < H ? 1.0 / sqrt(ss / c.D + c.eps) : 1.0;
+            const float *w = h < (size_t)c.Hq ? c.wq : c.wk;
+            for (int k = 0; k < c.D; k++) ref[r * W + h * c.D + k] = h < H ? x[k] * rs * w[k] : x[k];
+        }
+    compare("qk_norm forward (per head; v copied)", c.out, ref, n, 1e-6, 1e-5);
+    float *dinp = alloc_f(n), *pwq = rand_f((size_t)c.D, 1.0f), *pwk = rand_f((size_t)c.D, 1.0f);
+    float *dwq = copy_f(pwq, (size_t)c.D), *dwk = copy_f(pwk, (size_t)c.D);
+    fill_nan(dinp, n); /* every element is written */
+    cpu_qk_norm_backward(dinp, dwq, dwk, c.R, c.inp, c.wq, c.wk, c.rstd, c.N, c.Hq, c.Hkv, c.D);
+    sub_f(dwq, pwq, (size_t)c.D); /* the weights' gradients are ADDED */
+    sub_f(dwk, pwk, (size_t)c.D);
+    grad_param ps[3] = {{"inp", c.inp, n, dinp}, {"q_norm", c.wq, (size_t)c.D, dwq}, {"k_norm", c.wk, (size_t)c.D, dwk}};
+    check_grads("qk_norm", qkn_loss, &c, ps, 3);
+    qkn_loss(&c); /* rstd of the unperturbed input again (the checks left the last perturbation's) */
+    float *inplace = copy_f(c.R, n), *dwq2 = calloc((size_t)c.D, sizeof(float)), *dwk2 = calloc((size_t)c.D, sizeof(float));
+    cpu_qk_norm_backward(inplace, dwq2, dwk2, inplace, c.inp, c.wq, c.wk, c.rstd, c.N, c.Hq, c.Hkv, c.D);
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)inplace[i] - dinp[i]));
+    for (int k = 0; k < c.D; k++) worst = fmax(worst, fabs((double)dwq2[k] - dwq[k]) + fabs((double)dwk2[k] - dwk[k]));
+    check_that(worst <= 1e-6, "qk_norm backward in place (dinp == dout) equals out of place: max diff %.2e", worst);
+    free(c.inp), free(c.wq), free(c.wk), free(c.out), free(c.rstd), free(c.R), free(ref);
+    free(dinp), free(pwq), free(pwk), free(dwq), free(dwk), free(inplace), free(dwq2), free(dwk2);
+}
+
 /* ---- swiglu ------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -660,6 +740,10 @@ int main(void) {
     test_attention(2, 5, 4, 2, 6); /* GQA */
     test_attention(1, 7, 3, 1, 5); /* MQA, odd head dim */
     test_attention(1, 4, 2, 2, 4); /* MHA */
+    test_attention_window(2, 9, 4, 2, 6, 3); /* GQA, a window of 3 in 9 */
+    test_attention_window(1, 6, 3, 1, 5, 1); /* each query sees itself only */
+    test_attention_window(1, 5, 2, 2, 4, 5); /* a window as long as the sequence */
+    test_qk_norm();
     test_swiglu();
     test_cross_entropy();
     test_adamw(0.0f, 1.0f, 0, 0);

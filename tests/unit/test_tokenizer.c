@@ -135,9 +135,9 @@ static void refuse(const char *what, const char *json_text, const char *want) {
 static void test_refusals(void) {
     char text[8192];
     snprintf(text, sizeof text, MODEL,
-             "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"_\"}, {\"type\": \"NFKC\"}]}",
+             "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"_\"}, {\"type\": \"Precompiled\"}]}",
              "null", "null", "false");
-    refuse("NFKC", text, ": normalizer.normalizers[1].type 'NFKC' is not supported");
+    refuse("Precompiled", text, ": normalizer.normalizers[1].type 'Precompiled' is not supported");
     snprintf(text, sizeof text, MODEL, "null",
              "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Metaspace\", \"replacement\": \"_\"}]}", "null", "false");
     refuse("Metaspace", text, ": pre_tokenizer.pretokenizers[0].type 'Metaspace' is not supported");
@@ -153,7 +153,7 @@ static void test_refusals(void) {
     refuse("dropout", "{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": {\"a\": 0}, \"merges\": []}}",
            "model.dropout is not supported");
     refuse("prefix", "{\"model\": {\"type\": \"BPE\", \"continuing_subword_prefix\": \"##\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
-           "model.continuing_subword_prefix is not supported");
+           "model.continuing_subword_prefix ## is not supported (only null or \"\")");
     refuse("truncation", "{\"truncation\": {\"max_length\": 5}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
            "truncation is set");
     refuse("merge out of vocab", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}",

@@ -252,11 +252,29 @@ static void test_v2(void) {
     fclose(fp);
     CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "document 2 starts at token 20"));
     raw[156] = 8;
-    raw[48] = 3; /* unknown flag */
+    raw[48] = 5; /* unknown flag */
     fp = fopen(path, "wb");
     fwrite(raw, 1, sizeof raw, fp);
     fclose(fp);
-    CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "flags 0x3"));
+    CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "flags 0x5"));
+    raw[48] = 3; /* a tokenizer record the file has no room for */
+    fp = fopen(path, "wb");
+    fwrite(raw, 1, sizeof raw, fp);
+    fclose(fp);
+    CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "tokenizer record follows"));
+    /* a record whose length (the last 4 bytes) disagrees with the file */
+    fp = fopen(path, "wb");
+    fwrite(raw, 1, sizeof raw, fp);
+    fwrite("/tok\x09\0\0\0", 1, 8, fp);
+    fclose(fp);
+    CHECK(fsdp_tokens_open(path, &g, &err) == -1 && strstr(err.msg, "tokenizer record") && strstr(err.msg, "malformed"));
+    /* and one that agrees */
+    fp = fopen(path, "wb");
+    fwrite(raw, 1, sizeof raw, fp);
+    fwrite("/tok\x04\0\0\0", 1, 8, fp);
+    fclose(fp);
+    CHECK(fsdp_tokens_open(path, &g, &err) == 0 && !strcmp(g.tokenizer_path, "/tok"));
+    if (g.fd >= 0) fsdp_tokens_close(&g);
     raw[48] = 0; /* no mask flag: 3 bytes too many */
     fp = fopen(path, "wb");
     fwrite(raw, 1, sizeof raw, fp);

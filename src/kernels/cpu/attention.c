@@ -1,5 +1,7 @@
 /* Causal grouped-query attention on a packed qkv tensor [B, T, (Hq + 2*Hkv) * D]: per token, Hq
  * query heads, then Hkv key heads, then Hkv value heads. Query head h reads kv head h / (Hq/Hkv).
+ * With a sliding window W > 0 (Mistral) query t sees keys t - W < j <= t, as transformers' mask
+ * does; every loop below runs over that range only, and probs are 0 outside it.
  *
  * Outputs: out [B, T, Hq*D]; lse [B, Hq, T], the natural log-sum-exp of each row of scaled, masked
  * scores; optionally probs [B, Hq, T, T] (eager attention; entries above the diagonal are 0).
@@ -23,13 +25,23 @@
 
 typedef struct {
     int B, T, Hq, Hkv, D, group; /* group = Hq / Hkv query heads per kv head */
+    int window;                  /* 0: every key j <= t */
     size_t W;                    /* floats per token of qkv */
     float scale;
 } attn_shape;
 
-static attn_shape attn_make(int B, int T, int Hq, int Hkv, int D) {
-    attn_shape s = {B, T, Hq, Hkv, D, Hq / Hkv, (size_t)(Hq + 2 * Hkv) * D, 1.0f / sqrtf((float)D)};
+static attn_shape attn_make(int B, int T, int Hq, int Hkv, int D, int window) {
+    attn_shape s = {B, T, Hq, Hkv, D, Hq / Hkv, window > 0 ? window : 0, (size_t)(Hq + 2 * Hkv) * D,
+                    1.0f / sqrtf((float)D)};
     return s;
+}
+
+/* The first key query t sees; the last key that sees key j is attn_last_query. */
+static inline int attn_first_key(const attn_shape *s, int t) {
+    return s->window && t - s->window + 1 > 0 ? t - s->window + 1 : 0;
+}
+static inline int attn_last_query(const attn_shape *s, int j) {
+    return s->window && j + s->window - 1 < s->T - 1 ? j + s->window - 1 : s->T - 1;
 }
 
 /* Offsets into qkv (or dqkv) of query head h, key head g and value head g of token (b, t). */
@@ -63,7 +75,12 @@ static inline float attn_keep(const fsdp_dropout *drop, int b, int h, int t, int
 
 void cpu_attention_forward(float *out, float *lse, float *probs, const float *qkv, int B, int T, int Hq, int Hkv,
                            int D, const fsdp_dropout *drop) {
-    attn_shape s = attn_make(B, T, Hq, Hkv, D);
+    cpu_attention_forward_window(out, lse, probs, qkv, B, T, Hq, Hkv, D, 0, drop);
+}
+
+void cpu_attention_forward_window(float *out, float *lse, float *probs, const float *qkv, int B, int T, int Hq,
+                                  int Hkv, int D, int window, const fsdp_dropout *drop) {
+    attn_shape s = attn_make(B, T, Hq, Hkv, D, window);
     if (!fsdp_dropout_active(drop)) drop = NULL;
     if (drop) fsdp_dropout_check_probs(drop, B, Hq, T);
 #pragma omp parallel
@@ -73,19 +90,22 @@ void cpu_attention_forward(float *out, float *lse, float *probs, const float *qk
         for (int b = 0; b < B; b++)
             for (int h = 0; h < Hq; h++)
                 for (int t = 0; t < T; t++) {
+                    const int j0 = attn_first_key(&s, t);
                     float mx = -INFINITY;
-                    for (int j = 0; j <= t; j++) {
+                    for (int j = j0; j <= t; j++) {
                         sc[j] = attn_score(&s, qkv, b, h, t, j);
                         if (sc[j] > mx) mx = sc[j];
                     }
                     double sum = 0.0;
-                    for (int j = 0; j <= t; j++) sum += expf(sc[j] - mx);
+                    for (int j = j0; j <= t; j++) sum += expf(sc[j] - mx);
                     float l = (float)(mx + log(sum));
                     lse[row_at(&s, b, h, t)] = l;
                     float *o = out + o_at(&s, b, t, h);
                     float *prow = probs ? probs + row_at(&s, b, h, t) * T : NULL;
                     memset(o, 0, (size_t)D * sizeof(float));
-                    for (int j = 0; j <= t; j++) {
+                    if (prow)
+                        for (int j = 0; j < j0; j++) prow[j] = 0.0f;
+                    for (int j = j0; j <= t; j++) {
                         float p = expf(sc[j] - l);
                         if (prow) prow[j] = p;
                         cpu_axpy(o, p * attn_keep(drop, b, h, t, j, T), qkv + v_at(&s, b, j, h / s.group), D);
@@ -102,7 +122,13 @@ void cpu_attention_forward(float *out, float *lse, float *probs, const float *qk
  * dropout, dP and the P of dv carry the factor keep / (1 - p)). */
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                             const float *probs, int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop) {
-    attn_shape s = attn_make(B, T, Hq, Hkv, D);
+    cpu_attention_backward_window(dqkv, dout, qkv, out, lse, probs, B, T, Hq, Hkv, D, 0, drop);
+}
+
+void cpu_attention_backward_window(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, const float *probs, int B, int T, int Hq, int Hkv, int D,
+                                   int window, const fsdp_dropout *drop) {
+    attn_shape s = attn_make(B, T, Hq, Hkv, D, window);
     if (!fsdp_dropout_active(drop)) drop = NULL;
     if (drop) fsdp_dropout_check_probs(drop, B, Hq, T);
     float *delta = cpu_scratch((size_t)B * Hq * T * sizeof(float));
@@ -117,7 +143,7 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 delta[row_at(&s, b, h, t)] = dl;
                 float *dq = dqkv + q_at(&s, b, t, h);
                 memset(dq, 0, (size_t)D * sizeof(float));
-                for (int j = 0; j <= t; j++) {
+                for (int j = attn_first_key(&s, t); j <= t; j++) {
                     float p = attn_prob(&s, qkv, lse, probs, b, h, t, j);
                     float dp = cpu_dot(d, qkv + v_at(&s, b, j, h / s.group), D) * attn_keep(drop, b, h, t, j, T);
                     cpu_axpy(dq, p * (dp - dl), qkv + k_at(&s, b, j, h / s.group), D);
@@ -125,7 +151,8 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 for (int i = 0; i < D; i++) dq[i] *= s.scale;
             }
 
-    /* Pass 2: dk and dv, one key row per iteration, over the group's heads and queries t >= j. */
+    /* Pass 2: dk and dv, one key row per iteration, over the group's heads and the queries that see
+     * key j (j <= t, and within the window). */
 #pragma omp parallel for collapse(3) schedule(static)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < Hkv; g++)
@@ -135,7 +162,7 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 memset(dk, 0, (size_t)D * sizeof(float));
                 memset(dv, 0, (size_t)D * sizeof(float));
                 for (int h = g * s.group; h < (g + 1) * s.group; h++)
-                    for (int t = j; t < T; t++) {
+                    for (int t = j, t1 = attn_last_query(&s, j); t <= t1; t++) {
                         const float *d = dout + o_at(&s, b, t, h);
                         float p = attn_prob(&s, qkv, lse, probs, b, h, t, j), k = attn_keep(drop, b, h, t, j, T);
                         float dp = cpu_dot(d, v, D) * k;

@@ -7,6 +7,9 @@
  * write), each lane owning the columns lane + 32 i: every element is read and written by the
  * same lane, which is what lets probs alias scores and dscores alias dprobs.
  *
+ * A sliding window (window > 0, Mistral) rides in attn_args to the flash and exact kernels, and is
+ * a launch argument of the eager softmax, which zeroes the probabilities outside it.
+ *
  * Dropout on the probabilities: the flash launchers pass the descriptor to the kernels (attn_args);
  * the eager softmax kernels have separately compiled variants (drop = 1) that also write the
  * dropped probabilities keep . P / (1 - p) that P V (and, in the backward, dV) multiply, while
@@ -46,19 +49,35 @@ static attn_dropout attn_dropout_make(const attn_args *a, const fsdp_dropout *dr
 
 void fsdp_cuda_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int Hq, int Hkv, int D,
                              const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s) {
+    fsdp_cuda_flash_forward_window(out, lse, qkv, B, T, Hq, Hkv, D, 0, drop, act, s);
+}
+
+void fsdp_cuda_flash_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                              int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop, fsdp_dtype act,
+                              float *scratch, cudaStream_t s) {
+    fsdp_cuda_flash_backward_window(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, 0, drop, act, scratch, s);
+}
+
+/* A window as wide as the sequence masks nothing: the kernels then take their causal-only path. */
+static int attn_window(int window, int T) { return window > 0 && window < T ? window : 0; }
+
+void fsdp_cuda_flash_forward_window(void *out, float *lse, const void *qkv, int B, int T, int Hq, int Hkv, int D,
+                                    int window, const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s) {
     attn_args a = attn_make("fsdp_cuda_flash_forward", B, T, Hq, Hkv, D);
     if ((long long)B * T == 0) return;
+    a.window = attn_window(window, T);
     const attn_dropout dr = attn_dropout_make(&a, drop);
     a.qkv = qkv, a.o = out, a.lse_out = lse;
     if (act == FSDP_BF16 && aligned16(qkv) && aligned16(out) && attn_tc_forward(&a, &dr, s) == 0) return;
     attn_exact_forward(&a, &dr, act, s);
 }
 
-void fsdp_cuda_flash_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                              int B, int T, int Hq, int Hkv, int D, const fsdp_dropout *drop, fsdp_dtype act,
-                              float *scratch, cudaStream_t s) {
+void fsdp_cuda_flash_backward_window(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
+                                     fsdp_dtype act, float *scratch, cudaStream_t s) {
     attn_args a = attn_make("fsdp_cuda_flash_backward", B, T, Hq, Hkv, D);
     if ((long long)B * T == 0) return;
+    a.window = attn_window(window, T);
     const attn_dropout dr = attn_dropout_make(&a, drop);
     a.qkv = qkv, a.out = out, a.dout = dout, a.lse = lse, a.dqkv = dqkv;
     a.delta = a.delta_out = scratch;
@@ -87,39 +106,44 @@ static __device__ __forceinline__ float sm_keep(const fsdp_dropout &d, long long
     return fsdp_dropout_keep_probs(&d, b, h, t, j, T) ? d.scale : 0.0f;
 }
 
-/* Row r = (bh, t) of [BH, T, T]: columns 0..t are visible. probs may alias scores. With drop,
+/* Row r = (bh, t) of [BH, T, T]: columns j0..t are visible (j0 = t - window + 1 with a window, else
+ * 0). probs may alias scores (a lane reads and writes its own columns lane + 32 i). With drop,
  * dropped[r, j] = keep' P as well. */
 static __device__ __forceinline__ void softmax_fwd_body(void *probs, void *dropped, float *lse, const void *scores,
-                                                        long long rows, int T, float scale, int bf, int drop,
-                                                        const fsdp_dropout &d, int Hq) {
+                                                        long long rows, int T, int window, float scale, int bf,
+                                                        int drop, const fsdp_dropout &d, int Hq) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long r = (long long)blockIdx.x * SM_WARPS + warp;
     if (r >= rows) return;
-    const int t = (int)(r % T);
+    const int t = (int)(r % T), j0 = window > 0 ? max(0, t - window + 1) : 0;
     const long long base = r * T;
     float m = -INFINITY;
-    for (int j = lane; j <= t; j += 32) m = fmaxf(m, scale * sm_ld(scores, base + j, bf));
+    for (int j = lane; j <= t; j += 32)
+        if (j >= j0) m = fmaxf(m, scale * sm_ld(scores, base + j, bf));
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     float sum = 0.0f;
-    for (int j = lane; j <= t; j += 32) sum += __expf(scale * sm_ld(scores, base + j, bf) - m);
+    for (int j = lane; j <= t; j += 32)
+        if (j >= j0) sum += __expf(scale * sm_ld(scores, base + j, bf) - m);
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float l = m + __logf(sum);
     for (int j = lane; j < T; j += 32) {
-        const float p = j <= t ? __expf(scale * sm_ld(scores, base + j, bf) - l) : 0.0f;
+        const int visible = j >= j0 && j <= t;
+        const float p = visible ? __expf(scale * sm_ld(scores, base + j, bf) - l) : 0.0f;
         sm_st(probs, base + j, p, bf);
-        if (drop) sm_st(dropped, base + j, j <= t ? p * sm_keep(d, r, j, T, Hq) : 0.0f, bf);
+        if (drop) sm_st(dropped, base + j, visible ? p * sm_keep(d, r, j, T, Hq) : 0.0f, bf);
     }
     if (lane == 0) lse[r] = l;
 }
-__global__ void __launch_bounds__(SM_WARPS * 32)
-    attn_causal_softmax_fwd(void *probs, float *lse, const void *scores, long long rows, int T, float scale, int bf) {
+__global__ void __launch_bounds__(SM_WARPS * 32) attn_causal_softmax_fwd(void *probs, float *lse, const void *scores,
+                                                                         long long rows, int T, int window,
+                                                                         float scale, int bf) {
     const fsdp_dropout none{};
-    softmax_fwd_body(probs, NULL, lse, scores, rows, T, scale, bf, 0, none, 1);
+    softmax_fwd_body(probs, NULL, lse, scores, rows, T, window, scale, bf, 0, none, 1);
 }
 __global__ void __launch_bounds__(SM_WARPS * 32)
     attn_causal_softmax_drop_fwd(void *probs, void *dropped, float *lse, const void *scores, long long rows, int T,
-                                 float scale, int bf, const fsdp_dropout d, int Hq) {
-    softmax_fwd_body(probs, dropped, lse, scores, rows, T, scale, bf, 1, d, Hq);
+                                 int window, float scale, int bf, const fsdp_dropout d, int Hq) {
+    softmax_fwd_body(probs, dropped, lse, scores, rows, T, window, scale, bf, 1, d, Hq);
 }
 
 /* dscores = scale * P * (dP - sum_j dP_j P_j) over visible columns, 0 elsewhere; may alias dprobs.
@@ -167,9 +191,15 @@ static unsigned sm_blocks(long long rows) { return (unsigned)((rows + SM_WARPS -
 
 void fsdp_cuda_causal_softmax_forward(void *probs, float *lse, const void *scores, int BH, int T, float scale,
                                       fsdp_dtype act, cudaStream_t s) {
+    fsdp_cuda_causal_softmax_forward_window(probs, lse, scores, BH, T, 0, scale, act, s);
+}
+
+void fsdp_cuda_causal_softmax_forward_window(void *probs, float *lse, const void *scores, int BH, int T, int window,
+                                             float scale, fsdp_dtype act, cudaStream_t s) {
     const long long rows = (long long)BH * T;
     if (rows <= 0) return;
-    attn_causal_softmax_fwd<<<sm_blocks(rows), SM_WARPS * 32, 0, s>>>(probs, lse, scores, rows, T, scale,
+    attn_causal_softmax_fwd<<<sm_blocks(rows), SM_WARPS * 32, 0, s>>>(probs, lse, scores, rows, T,
+                                                                      attn_window(window, T), scale,
                                                                       act == FSDP_BF16);
     attn_check_launch("attn_causal_softmax_fwd");
 }
@@ -186,13 +216,19 @@ void fsdp_cuda_causal_softmax_backward(void *dscores, const void *dprobs, const 
 void fsdp_cuda_causal_softmax_dropout_forward(void *probs, void *dropped, float *lse, const void *scores, int B,
                                               int Hq, int T, float scale, const fsdp_dropout *drop, fsdp_dtype act,
                                               cudaStream_t s) {
+    fsdp_cuda_causal_softmax_dropout_forward_window(probs, dropped, lse, scores, B, Hq, T, 0, scale, drop, act, s);
+}
+
+void fsdp_cuda_causal_softmax_dropout_forward_window(void *probs, void *dropped, float *lse, const void *scores, int B,
+                                                     int Hq, int T, int window, float scale, const fsdp_dropout *drop,
+                                                     fsdp_dtype act, cudaStream_t s) {
     if (!fsdp_dropout_active(drop))
         fsdp_fatal("internal error: fsdp_cuda_causal_softmax_dropout_forward without dropout");
     const long long rows = (long long)B * Hq * T;
     if (rows <= 0) return;
     fsdp_dropout_check_probs(drop, B, Hq, T);
-    attn_causal_softmax_drop_fwd<<<sm_blocks(rows), SM_WARPS * 32, 0, s>>>(probs, dropped, lse, scores, rows, T, scale,
-                                                                           act == FSDP_BF16, *drop, Hq);
+    attn_causal_softmax_drop_fwd<<<sm_blocks(rows), SM_WARPS * 32, 0, s>>>(
+        probs, dropped, lse, scores, rows, T, attn_window(window, T), scale, act == FSDP_BF16, *drop, Hq);
     attn_check_launch("attn_causal_softmax_drop_fwd");
 }
 

@@ -52,6 +52,7 @@ typedef struct {
     long long W; /* elements per token of qkv: (Hq + 2*Hkv) * D */
     float scale; /* 1 / sqrt(D) */
     float sl2;   /* scale * log2(e): scores go to the exp2 domain with one FFMA */
+    int window;  /* sliding window: query t sees keys t - window < j <= t; 0: every j <= t */
 } attn_args;
 
 /* Dropout on the probabilities (src/kernels/dropout.h): P V uses keep . P / (1 - p). A separate
@@ -210,6 +211,13 @@ static __device__ __forceinline__ unsigned attn_drop_bits(const attn_dropout &dr
 static __device__ __forceinline__ bool attn_key_after_query(int r0, int k0, int e, int g, int c) {
     const int row = r0 + g + (e >> 1) * 8, key = k0 + 2 * c + (e & 1);
     return key > row;
+}
+
+/* The sliding window's mask of the same element: whether its key is at or before its query minus
+ * the window (window > 0). */
+static __device__ __forceinline__ bool attn_key_before_window(int r0, int k0, int e, int g, int c, int window) {
+    const int row = r0 + g + (e >> 1) * 8, key = k0 + 2 * c + (e & 1);
+    return key <= row - window;
 }
 
 /* Dropout on the MT x (BC / 8) C fragments acc of a warp's product with queries as rows (rows r0

@@ -10,7 +10,9 @@
  * softmax (running max m, sum l, output o over d = lane + 32 i). The warps' states are merged in
  * shared memory; with one split the block writes the normalised output, otherwise (m, l, o) goes
  * to the scratch and a second kernel merges the splits in order. Fixed orders everywhere: the same
- * inputs give the same bits. fp32 arithmetic, K/V/q/out in the act dtype. */
+ * inputs give the same bits. fp32 arithmetic, K/V/q/out in the act dtype. With a sliding window a
+ * row's keys are the window's last ones (positions t - window + 1 .. t), split the same way from
+ * the first of them. */
 #include <math.h>
 #include <string.h>
 
@@ -26,6 +28,7 @@ typedef struct {
     const void *qkv, *k_cache, *v_cache;
     float *part; /* [N, Hq, S, D + 2]: m, l, o[D] per split; NULL with one split */
     int N, pos0, cap, Hq, Hkv, D, group, S, keys_per_split;
+    int window; /* sliding window: row t reads keys t - window < j <= t; 0: all j <= t */
     long long W;
     float scale;
 } dec_args;
@@ -60,7 +63,9 @@ static __device__ __forceinline__ void dec_split_body(const dec_args a, const in
     __shared__ float wo[DEC_WARPS][DEC_DMAX];
     const int h = blockIdx.x, n = blockIdx.y, s = blockIdx.z, D = a.D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int len = a.pos0 + n + 1, k0 = s * a.keys_per_split, k1 = min(k0 + a.keys_per_split, len);
+    /* This row's keys lo .. len - 1 (the window's), split s of them. */
+    const int len = a.pos0 + n + 1, lo = a.window ? max(0, len - a.window) : 0;
+    const int k0 = lo + s * a.keys_per_split, k1 = min(k0 + a.keys_per_split, len);
     const long long prow = (((long long)n * a.Hq + h) * a.S + s) * (D + 2);
     if (k0 >= k1) { /* a split past this row's keys (block-uniform): contributes nothing */
         if (threadIdx.x == 0) a.part[prow] = -INFINITY, a.part[prow + 1] = 0.0f;
@@ -189,6 +194,12 @@ void fsdp_cuda_kv_cache_append(void *k_cache, void *v_cache, const void *qkv, in
 
 void fsdp_cuda_attention_decode(void *out, const void *qkv, const void *k_cache, const void *v_cache, int N, int pos0,
                                 int cap, int Hq, int Hkv, int D, fsdp_dtype act, float *scratch, cudaStream_t s) {
+    fsdp_cuda_attention_decode_window(out, qkv, k_cache, v_cache, N, pos0, cap, Hq, Hkv, D, 0, act, scratch, s);
+}
+
+void fsdp_cuda_attention_decode_window(void *out, const void *qkv, const void *k_cache, const void *v_cache, int N,
+                                       int pos0, int cap, int Hq, int Hkv, int D, int window, fsdp_dtype act,
+                                       float *scratch, cudaStream_t s) {
     dec_check_shape("fsdp_cuda_attention_decode", N, pos0, cap, Hq, Hkv, D);
     if (N == 0) return;
     dec_args a;
@@ -197,7 +208,8 @@ void fsdp_cuda_attention_decode(void *out, const void *qkv, const void *k_cache,
     a.N = N, a.pos0 = pos0, a.cap = cap, a.Hq = Hq, a.Hkv = Hkv, a.D = D, a.group = Hq / Hkv;
     a.W = (long long)(Hq + 2 * Hkv) * D;
     a.scale = 1.0f / sqrtf((float)D);
-    const int keys = pos0 + N;
+    a.window = window > 0 ? window : 0;
+    const int keys = fsdp_cuda_decode_keys(pos0 + N, a.window); /* the longest row's */
     a.S = fsdp_cuda_decode_splits(keys);
     a.keys_per_split = (keys + a.S - 1) / a.S;
     a.keys_per_split = (a.keys_per_split + 31) / 32 * 32;

@@ -14,7 +14,11 @@
  *
  * Dropout (dr.active, a uniform branch): lane j draws the keep bit of its own (query, key) element
  * (src/kernels/dropout.h); the forward accumulates keep . P and scales by 1 / (1 - p) with 1 / l,
- * the backward uses keep' = keep / (1 - p) on dP and on the P of dV. */
+ * the backward uses keep' = keep / (1 - p) on dP and on the P of dV.
+ *
+ * Sliding window (a.window > 0): the walks start at the block's first visible key (queries: end at
+ * the last query that sees the block's keys), a warp skips chunks none of whose keys it sees, and
+ * invisible keys score -inf (P = 0) as keys after the query do. */
 #include "attention_common.cuh"
 
 #define EX_WARPS 8
@@ -43,6 +47,17 @@ static __device__ __forceinline__ float ex_dot(const float *u, const float *v, i
     float acc = 0.0f;
     for (int d = 0; d < D; d++) acc = fmaf(u[d], v[d], acc);
     return acc;
+}
+/* The keys query t sees: ex_first_key(a, t) .. t (the sliding window's first, else 0); the queries
+ * that see key j: j .. ex_query_end(a, j) - 1. */
+static __device__ __forceinline__ int ex_first_key(const attn_args &a, int t) {
+    return a.window ? max(0, t - a.window + 1) : 0;
+}
+static __device__ __forceinline__ int ex_query_end(const attn_args &a, int j) {
+    return a.window ? min(a.T, j + a.window) : a.T;
+}
+static __device__ __forceinline__ bool ex_visible(const attn_args &a, int t, int j) {
+    return j <= t && (!a.window || j > t - a.window);
 }
 /* Row stride of a chunk tile: odd, so that 32 lanes reading 32 rows at one column hit 32 banks. */
 static __device__ __forceinline__ int ex_lds(int D) { return D | 1; }
@@ -79,19 +94,21 @@ static __device__ __forceinline__ void ex_exact_fwd_body(const attn_args a, cons
     float o[EX_ACC], m = -INFINITY, l = 0.0f;
 #pragma unroll
     for (int i = 0; i < EX_ACC; i++) o[i] = 0.0f;
-    for (int j0 = 0; j0 <= tmax; j0 += EX_CHUNK) {
+    for (int j0 = ex_first_key(a, tmax - (EX_WARPS - 1)); j0 <= tmax; j0 += EX_CHUNK) {
         __syncthreads(); /* the previous chunk is consumed (and q is written) */
         ex_load_chunk(tk, tv, a.qkv, a.qkv, tok0 * a.W + (long long)(a.Hq + kvh) * D,
                       tok0 * a.W + (long long)(a.Hq + a.Hkv + kvh) * D, a.W, a.W, j0, tmax + 1, D, bf);
         __syncthreads();
-        if (t < j0) continue; /* warp-uniform */
+        /* warp-uniform: no key of the chunk is visible to row t */
+        if (t < j0 || j0 + EX_CHUNK - 1 < ex_first_key(a, t)) continue;
         const int j = j0 + lane, n = min(EX_CHUNK, t + 1 - j0);
-        const float sc = j <= t ? ex_dot(q, tk + lane * lds, D) * a.scale : -INFINITY;
-        const float m_new = fmaxf(m, ex_warp_max(sc)); /* finite: lane 0's key j0 <= t is visible */
+        const bool vis = ex_visible(a, t, j);
+        const float sc = vis ? ex_dot(q, tk + lane * lds, D) * a.scale : -INFINITY;
+        const float m_new = fmaxf(m, ex_warp_max(sc)); /* finite: some key of the chunk is visible */
         const float alpha = __expf(m - m_new), p = __expf(sc - m_new);
         l = l * alpha + ex_warp_sum(p);
         m = m_new;
-        const float pd = dr.active && j <= t && !fsdp_dropout_keep_probs(&dr.drop, b, h, t, j, T) ? 0.0f : p;
+        const float pd = dr.active && vis && !fsdp_dropout_keep_probs(&dr.drop, b, h, t, j, T) ? 0.0f : p;
 #pragma unroll
         for (int i = 0; i < EX_ACC; i++) o[i] *= alpha;
         for (int jj = 0; jj < n; jj++) {
@@ -132,15 +149,15 @@ static __device__ __forceinline__ void ex_exact_dq_body(const attn_args a, const
     float dq[EX_ACC];
 #pragma unroll
     for (int i = 0; i < EX_ACC; i++) dq[i] = 0.0f;
-    for (int j0 = 0; j0 <= tmax; j0 += EX_CHUNK) {
+    for (int j0 = ex_first_key(a, tmax - (EX_WARPS - 1)); j0 <= tmax; j0 += EX_CHUNK) {
         __syncthreads();
         ex_load_chunk(tk, tv, a.qkv, a.qkv, tok0 * a.W + (long long)(a.Hq + kvh) * D,
                       tok0 * a.W + (long long)(a.Hq + a.Hkv + kvh) * D, a.W, a.W, j0, tmax + 1, D, bf);
         __syncthreads();
-        if (t < j0) continue;
+        if (t < j0 || j0 + EX_CHUNK - 1 < ex_first_key(a, t)) continue;
         const int j = j0 + lane, n = min(EX_CHUNK, t + 1 - j0);
         float ds = 0.0f;
-        if (j <= t) {
+        if (ex_visible(a, t, j)) {
             const float p = __expf(ex_dot(q, tk + lane * lds, D) * a.scale - lse);
             float dp = ex_dot(dout, tv + lane * lds, D);
             if (dr.active) dp = fsdp_dropout_keep_probs(&dr.drop, b, h, t, j, T) ? dp * dr.drop.scale : 0.0f;
@@ -183,7 +200,7 @@ static __device__ __forceinline__ void ex_exact_dkv_body(const attn_args a, cons
     for (int i = 0; i < EX_ACC; i++) dk[i] = dv[i] = 0.0f;
     for (int h = kvh * a.group; h < (kvh + 1) * a.group; h++) {
         const long long bh = (long long)b * a.Hq + h;
-        for (int t0 = jmin; t0 < T; t0 += EX_CHUNK) {
+        for (int t0 = jmin; t0 < ex_query_end(a, jmin + EX_WARPS - 1); t0 += EX_CHUNK) {
             __syncthreads();
             ex_load_chunk(tq, tdo, a.qkv, a.dout, tok0 * a.W + (long long)h * D, (tok0 * a.Hq + h) * D, a.W,
                           (long long)a.Hq * D, t0, T, D, bf);
@@ -192,10 +209,11 @@ static __device__ __forceinline__ void ex_exact_dkv_body(const attn_args a, cons
                 sdl[threadIdx.x] = a.delta[bh * T + t0 + threadIdx.x];
             }
             __syncthreads();
-            if (j >= T || t0 + EX_CHUNK - 1 < j) continue; /* warp-uniform: no query of the chunk sees j */
+            /* warp-uniform: no query of the chunk sees j */
+            if (j >= T || t0 + EX_CHUNK - 1 < j || t0 >= ex_query_end(a, j)) continue;
             const int t = t0 + lane, n = min(EX_CHUNK, T - t0);
             float p = 0.0f, ds = 0.0f;
-            if (t < T && t >= j) {
+            if (t < T && ex_visible(a, t, j)) {
                 p = __expf(ex_dot(k, tq + lane * lds, D) * a.scale - slse[lane]);
                 float dp = ex_dot(v, tdo + lane * lds, D);
                 if (dr.active) { /* p becomes the P of dV: keep' P */

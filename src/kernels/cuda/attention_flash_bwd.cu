@@ -24,7 +24,11 @@
  * with keep' = keep / (1 - p), dV uses keep' P and dS = P (keep' dP - delta), where delta =
  * rowsum(dout . out) is still sum_j (keep' P)_j dP_j because out was computed with the same mask.
  * dkdv draws a lane's keep bits for a 16-query step once (into one register) and uses them for
- * both products; dq masks dP in place. */
+ * both products; dq masks dP in place.
+ *
+ * Sliding window (a.window > 0): dkdv walks only the query blocks that some key of its block is in
+ * the window of, dq starts at the window's first key block, and P is 0 for a key at or before its
+ * query minus the window, as for a key after it. */
 #include "attention_common.cuh"
 
 /* Bounds of the register arrays (largest variant). */
@@ -76,8 +80,10 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
     const int k0 = blockIdx.y * BC;
     const bf16 *kg = (const bf16 *)a.qkv + ((long long)b * T + k0) * a.W + (long long)(a.Hq + kvh) * D;
     const bf16 *vg = kg + (long long)a.Hkv * D;
-    /* Query blocks that hold some query >= k0: qb0 .. nqb - 1, for each of the group's heads. */
-    const int qb0 = k0 / BR, nq = (T + BR - 1) / BR - qb0, nit = a.group * nq;
+    /* Query blocks that hold some query >= k0: qb0 .. nqb - 1, for each of the group's heads; with a
+     * sliding window only those with a query before k0 + BC - 1 + window. */
+    const int qend = a.window ? min(T, k0 + BC - 1 + a.window) : T;
+    const int qb0 = k0 / BR, nq = (qend + BR - 1) / BR - qb0, nit = a.group * nq;
 
     attn_load_tile(sk_a, kg, a.W, BC, T - k0, D, LD, tid, NT);
     attn_load_tile(sv_a, vg, a.W, BC, T - k0, D, LD, tid, NT);
@@ -110,8 +116,9 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
             attn_cp_async_commit();
         }
 
-        /* Skip when every query of the block is before every key of the warp (warp-uniform). */
-        if (q0 + BR - 1 >= kw) {
+        /* Skip when every query of the block is before every key of the warp, or past every key's
+         * window (warp-uniform). */
+        if (q0 + BR - 1 >= kw && (!a.window || q0 <= kw + 14 + a.window)) {
             const uint32_t sqb = sq_a + (uint32_t)st * BR * LD * 2, sdob = sdo_a + (uint32_t)st * BR * LD * 2;
             float s[BWD_BR_MAX / 8][4], dp[BWD_BR_MAX / 8][4];
             attn_zero_c(s, BR / 8);
@@ -156,7 +163,7 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
 
             /* P^T and dS^T. Rows are keys kw + g (+8), columns queries q0 + 8 nt + 2c (+1). A key
              * after its query, or a padding query >= T, gets P = 0 (hence dS = 0). */
-            const int need_mask = q0 < kw + 15 || q0 + BR > T;
+            const int need_mask = q0 < kw + 15 || q0 + BR > T || (a.window && q0 + BR - 1 >= kw + a.window);
             const float *lse_st = slse + st * BR, *dl_st = sdl + st * BR;
 #pragma unroll
             for (int nt = 0; nt < BR / 8; nt++) {
@@ -168,7 +175,7 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
                     float p = attn_exp2(fmaf(s[nt][e], a.sl2, -l2[e & 1]));
                     if (need_mask) {
                         const int key = kw + g + (e >> 1) * 8, q = q0 + nt * 8 + 2 * c + (e & 1);
-                        if (q < key || q >= T) p = 0.0f;
+                        if (q < key || q >= T || (a.window && q - key >= a.window)) p = 0.0f;
                     }
                     if (DROP) {
                         const float k = (keep >> (4 * nt + e)) & 1u ? dr.drop.scale : 0.0f;
@@ -234,11 +241,12 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
     const bf16 *kg = qkv + (long long)(a.Hq + kvh) * D;
     const bf16 *vg = qkv + (long long)(a.Hq + a.Hkv + kvh) * D;
     const int kend = min(q0 + BR, T), nkb = (kend + BC - 1) / BC;
+    const int kb0 = a.window ? max(0, q0 - a.window + 1) / BC : 0; /* the window's first key block */
 
     attn_load_tile(sq_a, qg, a.W, BR, T - q0, D, LD, tid, NT);
     attn_load_tile(sdo_a, og, (long long)a.Hq * D, BR, T - q0, D, LD, tid, NT);
-    attn_load_tile(sk_a, kg, a.W, BC, T, D, LD, tid, NT);
-    attn_load_tile(sv_a, vg, a.W, BC, T, D, LD, tid, NT);
+    attn_load_tile(sk_a, kg + (long long)kb0 * BC * a.W, a.W, BC, T - kb0 * BC, D, LD, tid, NT);
+    attn_load_tile(sv_a, vg + (long long)kb0 * BC * a.W, a.W, BC, T - kb0 * BC, D, LD, tid, NT);
     attn_cp_async_commit();
     attn_cp_async_wait0();
     __syncthreads();
@@ -264,11 +272,11 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
         attn_zero_c(dq[mt], D / 8);
     }
 
-    for (int kb = 0; kb < nkb; kb++) {
-        const int st = kb & 1, k0 = kb * BC;
+    for (int kb = kb0; kb < nkb; kb++) {
+        const int st = (kb - kb0) & 1, k0 = kb * BC;
         attn_kv_step(kb, nkb, st, k0, sk_a, sv_a, kg, vg, a.W, T, BC, D, LD, tid, NT);
 
-        if (k0 <= wr0 + WR - 1) {
+        if (k0 <= wr0 + WR - 1 && (!a.window || k0 + BC - 1 > wr0 - a.window)) {
             const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
             float s[BWD_MT_MAX][BWD_BC_MAX / 8][4], dp[BWD_MT_MAX][BWD_BC_MAX / 8][4];
 #pragma unroll
@@ -305,6 +313,7 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
             /* dS = P (dP - delta), P = exp2(S * scale * log2 e - lse * log2 e); keys after the row
              * get P = 0. */
             const int need_mask = k0 + BC - 1 > wr0;
+            const int need_window = a.window && k0 <= wr0 + WR - 1 - a.window;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -313,6 +322,8 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
                     for (int e = 0; e < 4; e++) {
                         float p = attn_exp2(fmaf(s[mt][nt][e], a.sl2, -l2[mt][e >> 1]));
                         if (need_mask && attn_key_after_query(wr0 + mt * 16, k0 + nt * 8, e, g, c)) p = 0.0f;
+                        if (need_window && attn_key_before_window(wr0 + mt * 16, k0 + nt * 8, e, g, c, a.window))
+                            p = 0.0f;
                         s[mt][nt][e] = p * (dp[mt][nt][e] - dl[mt][e >> 1]);
                     }
 

@@ -19,7 +19,12 @@
  * zeroed where the mask drops them, before they become P V's A operand; l keeps the undropped sum
  * (lse stays the softmax's) and 1 / (1 - p) joins 1 / l in the epilogue. The lane's 8 elements of
  * a 16 x 16 tile are two whole Philox groups (src/kernels/dropout.h), and tiles wholly above the
- * diagonal draw nothing. */
+ * diagonal draw nothing.
+ *
+ * Sliding window (a.window > 0): the key walk starts at the block of the first key any row of the
+ * CTA sees, a warp skips blocks wholly before its rows' windows, and keys at or before a row's
+ * query minus the window are masked like keys after it. A row with nothing visible in a block
+ * keeps m = -inf (or its max) and adds zeros. */
 #include "attention_common.cuh"
 
 #define FWD_WARPS 4
@@ -46,12 +51,14 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
     const bf16 *kg = qkv + (long long)(a.Hq + kvh) * D;
     const bf16 *vg = qkv + (long long)(a.Hq + a.Hkv + kvh) * D;
 
-    /* Keys 0 .. min(q0 + BR, T) - 1 can be seen by some row of this block. */
+    /* Keys 0 .. min(q0 + BR, T) - 1 can be seen by some row of this block; with a sliding window
+     * none before q0 - window + 1, so the walk starts at that key's block kb0. */
     const int kend = min(q0 + BR, T), nkb = (kend + BC - 1) / BC;
+    const int kb0 = a.window ? max(0, q0 - a.window + 1) / BC : 0;
 
     attn_load_tile(sq_a, qg, a.W, BR, T - q0, D, LD, tid, NT);
-    attn_load_tile(sk_a, kg, a.W, BC, T, D, LD, tid, NT);
-    attn_load_tile(sv_a, vg, a.W, BC, T, D, LD, tid, NT);
+    attn_load_tile(sk_a, kg + (long long)kb0 * BC * a.W, a.W, BC, T - kb0 * BC, D, LD, tid, NT);
+    attn_load_tile(sv_a, vg + (long long)kb0 * BC * a.W, a.W, BC, T - kb0 * BC, D, LD, tid, NT);
     attn_cp_async_commit();
     attn_cp_async_wait0();
     __syncthreads();
@@ -79,12 +86,13 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
         l[mt][0] = l[mt][1] = 0.0f;
     }
 
-    for (int kb = 0; kb < nkb; kb++) {
-        const int st = kb & 1, k0 = kb * BC;
+    for (int kb = kb0; kb < nkb; kb++) {
+        const int st = (kb - kb0) & 1, k0 = kb * BC;
         attn_kv_step(kb, nkb, st, k0, sk_a, sv_a, kg, vg, a.W, T, BC, D, LD, tid, NT);
 
-        /* Skip the block when every key is after every row of this warp (warp-uniform). */
-        if (k0 <= wr0 + WR - 1) {
+        /* Skip the block when every key is after every row of this warp, or before every row's
+         * window (warp-uniform). */
+        if (k0 <= wr0 + WR - 1 && (!a.window || k0 + BC - 1 > wr0 - a.window)) {
             const uint32_t skb = sk_a + (uint32_t)st * BC * LD * 2, svb = sv_a + (uint32_t)st * BC * LD * 2;
             float s[FWD_MT_MAX][FWD_BC_MAX / 8][4];
 #pragma unroll
@@ -108,7 +116,8 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
                     attn_mma_ntile_pair<0>(s, np, qa, MT, skb + attn_at(np * 16, kk * 16, LD) + off_b);
             }
 
-            /* Causal mask, only when some key of the block is after some row of the warp. */
+            /* Causal mask, only when some key of the block is after some row of the warp; the
+             * window's, only when some key is at or before some row's window. */
             if (k0 + BC - 1 > wr0) {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
@@ -117,6 +126,16 @@ static __device__ __forceinline__ void flash_fwd_body(const attn_args a, const a
 #pragma unroll
                         for (int e = 0; e < 4; e++)
                             if (attn_key_after_query(wr0 + mt * 16, k0 + nt * 8, e, g, c)) s[mt][nt][e] = -INFINITY;
+            }
+            if (a.window && k0 <= wr0 + WR - 1 - a.window) {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (attn_key_before_window(wr0 + mt * 16, k0 + nt * 8, e, g, c, a.window))
+                                s[mt][nt][e] = -INFINITY;
             }
 
             /* Online softmax. m is kept in the scaled exp2 domain; l is this thread's partial sum

@@ -1,0 +1,402 @@
+/* FP8 casts (amax, scale, codes; with or without a transpose) and the scaling epilogue of rowwise
+ * products: the GPU twins of src/kernels/cpu/fp8.c (rules in ../fp8.h, launchers in ../fp8_cuda.h).
+ *
+ * Bit-exactness with the CPU: the amax is a maximum of magnitude bits (exact, in any order, so
+ * atomicMax on the bits is deterministic); the scale is fsdp_fp8_scale, the same inline function
+ * (one double division, one rounding to float); each code is __fmul_rn(x, scale) then
+ * __nv_cvt_float_to_fp8 with __NV_SATFINITE (round to nearest even, saturating), which is what
+ * fsdp_encode_code does. This file is never built with --use_fast_math.
+ *
+ * Passes over memory:
+ *  - rowwise without transpose (x and W in the forward, dy for dx): one block per row reads the row
+ *    to find its amax and again to cast it; the second read hits L1/L2 (a row is at most a few tens
+ *    of KiB), so DRAM sees one read and one write of the row;
+ *  - tensorwise, and every transposed cast: an amax pass (atomicMax per warp, or per column and row
+ *    over a block of rows) and a cast pass; given amax_in (a producing kernel's report) the first is
+ *    skipped;
+ *  - the transposed casts (W^T, dy^T, x^T) go through 64 x 64 tiles in shared memory, so both the
+ *    reads of the source rows and the writes of the code rows are contiguous per warp; the same tile
+ *    can also be written untransposed (fsdp_cuda_fp8_cast_both: dy for both gradient products from
+ *    one amax pass and one cast pass). */
+#include <cuda_fp8.h>
+
+#include "../fp8.h"
+#include "../fp8_cuda.h"
+#include "cuda_common.cuh"
+
+#define FP8_THREADS 256
+#define TILE 64             /* transposed casts: TILE x TILE elements per block */
+#define COL_AMAX_ROWS 64    /* rows per block of the column amax */
+
+static __device__ __forceinline__ __nv_fp8_interpretation_t fp8_kind(int t) {
+    return t == FSDP_E4M3 ? __NV_E4M3 : __NV_E5M2;
+}
+
+static __device__ __forceinline__ unsigned char encode(float x, float scale, int t) {
+    return (unsigned char)__nv_cvt_float_to_fp8(__fmul_rn(x, scale), __NV_SATFINITE, fp8_kind(t));
+}
+
+static __device__ __forceinline__ unsigned mag_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
+
+/* The block's maximum of v (every thread gets it); sh holds FP8_THREADS / 32 words. */
+static __device__ __forceinline__ unsigned block_max(unsigned v, unsigned *sh) {
+    v = __reduce_max_sync(0xffffffffu, v);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0u;
+    return __reduce_max_sync(0xffffffffu, v);
+}
+
+/* ---- amax passes -------------------------------------------------------------------------------- */
+
+/* amax[0] (as bits, zeroed before) = max |x| over n elements; vec: 8 at a time. */
+#define AMAX_TENSOR_KERNEL(name, BF16, VEC)                                                                   \
+    static __global__ void __launch_bounds__(FP8_THREADS) name(unsigned *amax, const void *x, size_t n) {    \
+        unsigned m = 0;                                                                                       \
+        const size_t stride = (size_t)gridDim.x * blockDim.x;                                                 \
+        if (VEC) {                                                                                            \
+            for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n / 8; j += stride) {          \
+                float v[8];                                                                                   \
+                ld8(x, j, BF16, v);                                                                           \
+                _Pragma("unroll") for (int k = 0; k < 8; k++) m = max(m, mag_bits(v[k]));                    \
+            }                                                                                                 \
+        } else {                                                                                              \
+            for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride)                \
+                m = max(m, mag_bits(ld1(x, i, BF16)));                                                        \
+        }                                                                                                     \
+        m = __reduce_max_sync(0xffffffffu, m);                                                                \
+        if ((threadIdx.x & 31) == 0 && m) atomicMax(amax, m);                                                 \
+    }
+AMAX_TENSOR_KERNEL(amax_tensor_f32, 0, 0)
+AMAX_TENSOR_KERNEL(amax_tensor_f32_vec, 0, 1)
+AMAX_TENSOR_KERNEL(amax_tensor_bf16, 1, 0)
+AMAX_TENSOR_KERNEL(amax_tensor_bf16_vec, 1, 1)
+
+/* Per row and/or per column maxima of |x| (bits, zeroed before; either pointer may be NULL) over a
+ * block of COL_AMAX_ROWS rows: a thread takes E consecutive columns (8: one 16- or 32-byte load a row
+ * when vec), keeps their column maxima, and a row's maximum is a warp maximum gathered in shared
+ * memory, so a block issues one global atomic per row and per column. */
+#define AMAX_RC_KERNEL(name, BF16, VEC)                                                                       \
+    static __global__ void __launch_bounds__(FP8_THREADS) name(unsigned *amax_rows, unsigned *amax_cols,      \
+                                                               const void *x, int R, int Cc) {                \
+        const int E = VEC ? 8 : 1;                                                                            \
+        __shared__ unsigned rowmax[COL_AMAX_ROWS];                                                            \
+        if (threadIdx.x < COL_AMAX_ROWS) rowmax[threadIdx.x] = 0u;                                            \
+        __syncthreads();                                                                                      \
+        const int c = (blockIdx.x * blockDim.x + threadIdx.x) * E;                                            \
+        const int r0 = blockIdx.y * COL_AMAX_ROWS, r1 = min(R, r0 + COL_AMAX_ROWS);                          \
+        unsigned m[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};                                                     \
+        for (int r = r0; r < r1; r++) {                                                                       \
+            unsigned rm = 0u;                                                                                 \
+            if (c < Cc) {                                                                                     \
+                float v[8];                                                                                   \
+                const size_t at = (size_t)r * Cc + c;                                                         \
+                ldE(x, VEC ? at / 8 : at, BF16, E, v);                                                        \
+                _Pragma("unroll") for (int k = 0; k < E; k++) {                                               \
+                    const unsigned b = mag_bits(v[k]);                                                        \
+                    m[k] = max(m[k], b);                                                                      \
+                    rm = max(rm, b);                                                                          \
+                }                                                                                             \
+            }                                                                                                 \
+            if (amax_rows) {                                                                                  \
+                rm = __reduce_max_sync(0xffffffffu, rm);                                                      \
+                if ((threadIdx.x & 31) == 0 && rm) atomicMax(rowmax + (r - r0), rm);                          \
+            }                                                                                                 \
+        }                                                                                                     \
+        if (amax_cols && c < Cc)                                                                              \
+            _Pragma("unroll") for (int k = 0; k < E; k++) if (m[k]) atomicMax(amax_cols + c + k, m[k]);       \
+        if (amax_rows) {                                                                                      \
+            __syncthreads();                                                                                  \
+            if (threadIdx.x < r1 - r0 && rowmax[threadIdx.x]) atomicMax(amax_rows + r0 + threadIdx.x, rowmax[threadIdx.x]); \
+        }                                                                                                     \
+    }
+AMAX_RC_KERNEL(amax_rc_f32, 0, 0)
+AMAX_RC_KERNEL(amax_rc_f32_vec, 0, 1)
+AMAX_RC_KERNEL(amax_rc_bf16, 1, 0)
+AMAX_RC_KERNEL(amax_rc_bf16_vec, 1, 1)
+
+/* Launches the row/column amax over x[R, Cc]. */
+static void amax_rows_cols(unsigned *rows, unsigned *cols, const void *x, int bf16, int R, int Cc, cudaStream_t s) {
+    const int vec = Cc % 8 == 0 && fsdp_cuda_aligned16(x);
+    void (*k)(unsigned *, unsigned *, const void *, int, int) =
+        bf16 ? (vec ? amax_rc_bf16_vec : amax_rc_bf16) : (vec ? amax_rc_f32_vec : amax_rc_f32);
+    const int per_block = FP8_THREADS * (vec ? 8 : 1);
+    dim3 grid((unsigned)fsdp_cuda_ceil_div(Cc, per_block), (unsigned)fsdp_cuda_ceil_div(R, COL_AMAX_ROWS));
+    if (grid.y > 65535u) fsdp_fatal("internal error: an FP8 amax over %d rows (at most %d)", R, 65535 * COL_AMAX_ROWS);
+    k<<<grid, FP8_THREADS, 0, s>>>(rows, cols, x, R, Cc);
+    fsdp_cuda_check_launch("fp8 amax_rows_cols");
+}
+
+/* ---- casts ----------------------------------------------------------------------------------------- */
+
+typedef struct {
+    unsigned char *codes;
+    float *scale, *inv, *amax_out;
+    const void *src;
+    const float *amax; /* amax_in, or where the amax pass left it */
+    int R, Cc, t, pow2;
+    /* the transposed cast's second output (fsdp_cuda_fp8_cast_both): codes [R, Cc] with their scales
+     * (per row of src, or one), from amax_rm; NULL: none */
+    unsigned char *codes_rm;
+    float *scale_rm, *inv_rm;
+    const float *amax_rm;
+} cast_args;
+
+static __device__ __forceinline__ float scale_of(float amax, int t, int pow2) {
+    return fsdp_fp8_scale(amax, t == FSDP_E4M3 ? 448.0f : 57344.0f, pow2);
+}
+
+/* Rowwise without transpose: block = row r. The amax (unless given), the scale, then the codes. */
+#define CAST_ROWS_KERNEL(name, BF16, VEC)                                                                     \
+    static __global__ void __launch_bounds__(FP8_THREADS) name(cast_args a) {                                \
+        __shared__ unsigned sh[FP8_THREADS / 32];                                                             \
+        const size_t r = blockIdx.x, row = r * (size_t)a.Cc;                                                  \
+        float amax;                                                                                           \
+        if (a.amax) {                                                                                         \
+            amax = a.amax[r];                                                                                 \
+        } else {                                                                                              \
+            unsigned m = 0;                                                                                   \
+            if (VEC) {                                                                                        \
+                for (int j = threadIdx.x; j < a.Cc / 8; j += blockDim.x) {                                    \
+                    float v[8];                                                                               \
+                    ld8(a.src, row / 8 + j, BF16, v);                                                         \
+                    _Pragma("unroll") for (int k = 0; k < 8; k++) m = max(m, mag_bits(v[k]));                \
+                }                                                                                             \
+            } else {                                                                                          \
+                for (int c = threadIdx.x; c < a.Cc; c += blockDim.x) m = max(m, mag_bits(ld1(a.src, row + c, BF16))); \
+            }                                                                                                 \
+            m = block_max(m, sh);                                                                             \
+            amax = __uint_as_float(m > 0x7f800000u ? 0x7fc00000u : m);                                       \
+            if (threadIdx.x == 0 && a.amax_out) a.amax_out[r] = amax;                                         \
+        }                                                                                                     \
+        const float s = scale_of(amax, a.t, a.pow2);                                                          \
+        if (threadIdx.x == 0) a.scale[r] = s, a.inv[r] = __fdiv_rn(1.0f, s);                                 \
+        if (VEC) {                                                                                            \
+            for (int j = threadIdx.x; j < a.Cc / 8; j += blockDim.x) {                                        \
+                float v[8];                                                                                   \
+                ld8(a.src, row / 8 + j, BF16, v);                                                             \
+                unsigned lo = 0, hi = 0;                                                                      \
+                _Pragma("unroll") for (int k = 0; k < 4; k++) lo |= (unsigned)encode(v[k], s, a.t) << (8 * k); \
+                _Pragma("unroll") for (int k = 0; k < 4; k++) hi |= (unsigned)encode(v[4 + k], s, a.t) << (8 * k); \
+                ((uint2 *)(a.codes + row))[j] = make_uint2(lo, hi);                                           \
+            }                                                                                                 \
+        } else {                                                                                              \
+            for (int c = threadIdx.x; c < a.Cc; c += blockDim.x) a.codes[row + c] = encode(ld1(a.src, row + c, BF16), s, a.t); \
+        }                                                                                                     \
+    }
+CAST_ROWS_KERNEL(cast_rows_f32, 0, 0)
+CAST_ROWS_KERNEL(cast_rows_f32_vec, 0, 1)
+CAST_ROWS_KERNEL(cast_rows_bf16, 1, 0)
+CAST_ROWS_KERNEL(cast_rows_bf16_vec, 1, 1)
+
+/* Tensorwise without transpose: grid-stride over the elements, 8 at a time when vec. */
+#define CAST_FLAT_KERNEL(name, BF16, VEC)                                                                     \
+    static __global__ void __launch_bounds__(FP8_THREADS) name(cast_args a) {                                \
+        const float s = scale_of(a.amax[0], a.t, a.pow2);                                                     \
+        const size_t n = (size_t)a.R * a.Cc, stride = (size_t)gridDim.x * blockDim.x;                         \
+        const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;                                   \
+        if (first == 0) a.scale[0] = s, a.inv[0] = __fdiv_rn(1.0f, s);                                       \
+        if (VEC) {                                                                                            \
+            for (size_t j = first; j < n / 8; j += stride) {                                                  \
+                float v[8];                                                                                   \
+                ld8(a.src, j, BF16, v);                                                                       \
+                unsigned lo = 0, hi = 0;                                                                      \
+                _Pragma("unroll") for (int k = 0; k < 4; k++) lo |= (unsigned)encode(v[k], s, a.t) << (8 * k); \
+                _Pragma("unroll") for (int k = 0; k < 4; k++) hi |= (unsigned)encode(v[4 + k], s, a.t) << (8 * k); \
+                ((uint2 *)a.codes)[j] = make_uint2(lo, hi);                                                   \
+            }                                                                                                 \
+        } else {                                                                                              \
+            for (size_t i = first; i < n; i += stride) a.codes[i] = encode(ld1(a.src, i, BF16), s, a.t); \
+        }                                                                                                     \
+    }
+CAST_FLAT_KERNEL(cast_flat_f32, 0, 0)
+CAST_FLAT_KERNEL(cast_flat_f32_vec, 0, 1)
+CAST_FLAT_KERNEL(cast_flat_bf16, 1, 0)
+CAST_FLAT_KERNEL(cast_flat_bf16_vec, 1, 1)
+
+/* Transposed: block = TILE rows x TILE columns of src; codes row c (a column of src) gets the tile's
+ * TILE codes of rows r0 .. r0 + TILE - 1, 16 per thread (one 16-byte store when vec: R a multiple
+ * of 16 and the tile whole). Scales per column of src (rowwise) or one. */
+#define CAST_T_KERNEL(name, BF16)                                                                             \
+    static __global__ void __launch_bounds__(FP8_THREADS) name(cast_args a, int rowwise, int vec, int vec_rm,     \
+                                                               int vec_ld) {                                  \
+        __shared__ float tile[TILE][TILE + 1];                                                                \
+        const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;                                             \
+        if (vec_ld && c0 + TILE <= a.Cc) { /* 8 elements (16 or 32 bytes) a thread, 8 threads a row */       \
+            const int cc = (threadIdx.x % 8) * 8;                                                             \
+            for (int tr = threadIdx.x / 8; tr < TILE; tr += FP8_THREADS / 8) {                                \
+                const int r = r0 + tr;                                                                        \
+                float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                                \
+                if (r < a.R) ld8(a.src, ((size_t)r * a.Cc + c0 + cc) / 8, BF16, v);                           \
+                _Pragma("unroll") for (int k = 0; k < 8; k++) tile[tr][cc + k] = v[k];                        \
+            }                                                                                                 \
+        } else {                                                                                              \
+            const int tc = threadIdx.x % TILE;                                                                \
+            for (int tr = threadIdx.x / TILE; tr < TILE; tr += FP8_THREADS / TILE) {                          \
+                const int r = r0 + tr, c = c0 + tc;                                                           \
+                tile[tr][tc] = r < a.R && c < a.Cc ? ld1(a.src, (size_t)r * a.Cc + c, BF16) : 0.0f;          \
+            }                                                                                                 \
+        }                                                                                                     \
+        __syncthreads();                                                                                      \
+        if (a.codes_rm) { /* row r0 + orow of src, 16 columns a thread, row scales */                         \
+            const int orow = threadIdx.x / 4, part = threadIdx.x % 4, r = r0 + orow, cb = c0 + 16 * part;     \
+            if (r < a.R) {                                                                                    \
+                const float s = scale_of(a.amax_rm[rowwise ? r : 0], a.t, a.pow2);                            \
+                if (blockIdx.x == 0 && part == 0 && (rowwise || r == 0))                                      \
+                    a.scale_rm[rowwise ? r : 0] = s, a.inv_rm[rowwise ? r : 0] = __fdiv_rn(1.0f, s);          \
+                unsigned char *out = a.codes_rm + (size_t)r * a.Cc;                                           \
+                if (vec_rm && cb + 16 <= a.Cc) {                                                              \
+                    unsigned w[4] = {0u, 0u, 0u, 0u};                                                         \
+                    _Pragma("unroll") for (int k = 0; k < 16; k++)                                            \
+                        w[k / 4] |= (unsigned)encode(tile[orow][16 * part + k], s, a.t) << (8 * (k % 4));     \
+                    *(uint4 *)(out + cb) = make_uint4(w[0], w[1], w[2], w[3]);                                \
+                } else {                                                                                      \
+                    for (int k = 0; k < 16 && cb + k < a.Cc; k++) out[cb + k] = encode(tile[orow][16 * part + k], s, a.t); \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+        const int orow = threadIdx.x / 4, part = threadIdx.x % 4, c = c0 + orow;                              \
+        if (c >= a.Cc) return;                                                                                \
+        const float s = scale_of(a.amax[rowwise ? c : 0], a.t, a.pow2);                                       \
+        if (blockIdx.y == 0 && part == 0 && (rowwise || c == 0)) a.scale[rowwise ? c : 0] = s,                \
+                                                                  a.inv[rowwise ? c : 0] = __fdiv_rn(1.0f, s); \
+        unsigned char *out = a.codes + (size_t)c * a.R;                                                       \
+        const int rb = r0 + 16 * part;                                                                        \
+        if (vec && rb + 16 <= a.R) {                                                                          \
+            unsigned w[4] = {0u, 0u, 0u, 0u};                                                                 \
+            _Pragma("unroll") for (int k = 0; k < 16; k++)                                                    \
+                w[k / 4] |= (unsigned)encode(tile[16 * part + k][orow], s, a.t) << (8 * (k % 4));             \
+            *(uint4 *)(out + rb) = make_uint4(w[0], w[1], w[2], w[3]);                                        \
+        } else {                                                                                              \
+            for (int k = 0; k < 16 && rb + k < a.R; k++) out[rb + k] = encode(tile[16 * part + k][orow], s, a.t); \
+        }                                                                                                     \
+    }
+CAST_T_KERNEL(cast_t_f32, 0)
+CAST_T_KERNEL(cast_t_bf16, 1)
+
+static void check_dtypes(fsdp_dtype src_t, fsdp_dtype t) {
+    if ((src_t != FSDP_BF16 && src_t != FSDP_F32) || (t != FSDP_E4M3 && t != FSDP_E5M2))
+        fsdp_fatal("internal error: an FP8 cast from %s to %s (fp32 or bf16 into e4m3 or e5m2 only)",
+                   fsdp_dtype_name(src_t), fsdp_dtype_name(t));
+}
+
+void fsdp_cuda_fp8_cast(uint8_t *codes, float *scale, float *inv_scale, float *amax_out, const void *src,
+                        fsdp_dtype src_t, int R, int Cc, int transpose, int rowwise, fsdp_dtype t, int pow2,
+                        const float *amax_in, cudaStream_t s) {
+    check_dtypes(src_t, t);
+    if (R <= 0 || Cc <= 0) return;
+    if (!amax_in && !amax_out) fsdp_fatal("internal error: an FP8 cast with neither an amax given nor room for one");
+    const int bf16 = src_t == FSDP_BF16;
+    const size_t n = (size_t)R * Cc;
+    cast_args a = {codes, scale, inv_scale, amax_out, src, amax_in ? amax_in : amax_out, R, Cc, (int)t, pow2};
+    if (rowwise && !transpose) {
+        if (amax_in) a.amax_out = NULL;
+        else a.amax = NULL; /* the kernel computes it */
+        const int vec = Cc % 8 == 0 && fsdp_cuda_aligned16(src) && ((uintptr_t)codes & 7u) == 0;
+        void (*k)(cast_args) = bf16 ? (vec ? cast_rows_bf16_vec : cast_rows_bf16) : (vec ? cast_rows_f32_vec : cast_rows_f32);
+        k<<<R, FP8_THREADS, 0, s>>>(a);
+        fsdp_cuda_check_launch("fp8 cast_rows");
+        return;
+    }
+    const int nscales = rowwise ? Cc : 1;
+    if (!amax_in) {
+        cudaError_t e = cudaMemsetAsync(amax_out, 0, (size_t)nscales * sizeof(float), s);
+        if (e != cudaSuccess) fsdp_fatal("kernel fp8 amax failed to launch: cudaMemsetAsync: %s", cudaGetErrorString(e));
+        if (rowwise) {
+            amax_rows_cols(NULL, (unsigned *)amax_out, src, bf16, R, Cc, s);
+        } else {
+            const int vec = n % 8 == 0 && fsdp_cuda_aligned16(src);
+            void (*k)(unsigned *, const void *, size_t) =
+                bf16 ? (vec ? amax_tensor_bf16_vec : amax_tensor_bf16) : (vec ? amax_tensor_f32_vec : amax_tensor_f32);
+            unsigned grid = fsdp_cuda_grid(vec ? n / 8 : n, FP8_THREADS);
+            if (grid > 4096) grid = 4096; /* a few waves; the grid-stride loop does the rest */
+            k<<<grid, FP8_THREADS, 0, s>>>((unsigned *)amax_out, src, n);
+            fsdp_cuda_check_launch("fp8 amax_tensor");
+        }
+    }
+    if (!transpose) {
+        const int vec = n % 8 == 0 && fsdp_cuda_aligned16(src) && ((uintptr_t)codes & 7u) == 0;
+        void (*k)(cast_args) = bf16 ? (vec ? cast_flat_bf16_vec : cast_flat_bf16) : (vec ? cast_flat_f32_vec : cast_flat_f32);
+        unsigned grid = fsdp_cuda_grid(vec ? n / 8 : n, FP8_THREADS);
+        if (grid > 8192) grid = 8192;
+        k<<<grid, FP8_THREADS, 0, s>>>(a);
+        fsdp_cuda_check_launch("fp8 cast_flat");
+        return;
+    }
+    const int vec = R % 16 == 0 && ((uintptr_t)codes & 15u) == 0;
+    dim3 grid((unsigned)fsdp_cuda_ceil_div(Cc, TILE), (unsigned)fsdp_cuda_ceil_div(R, TILE));
+    if (grid.y > 65535u) fsdp_fatal("internal error: an FP8 transposed cast of %d rows (at most %d)", R, 65535 * TILE);
+    const int vec_ld = Cc % 8 == 0 && fsdp_cuda_aligned16(src);
+    (bf16 ? cast_t_bf16 : cast_t_f32)<<<grid, FP8_THREADS, 0, s>>>(a, rowwise, vec, 0, vec_ld);
+    fsdp_cuda_check_launch("fp8 cast_transpose");
+}
+
+void fsdp_cuda_fp8_cast_both(uint8_t *codes, float *scale, float *inv_scale, float *amax, uint8_t *codes_t,
+                             float *scale_t, float *inv_scale_t, float *amax_t, const void *src, fsdp_dtype src_t,
+                             int R, int Cc, int rowwise, fsdp_dtype t, int pow2, cudaStream_t s) {
+    check_dtypes(src_t, t);
+    if (R <= 0 || Cc <= 0) return;
+    const int bf16 = src_t == FSDP_BF16;
+    const size_t n = (size_t)R * Cc;
+    cudaError_t e = cudaMemsetAsync(amax, 0, (size_t)(rowwise ? R : 1) * sizeof(float), s);
+    if (e == cudaSuccess && rowwise) e = cudaMemsetAsync(amax_t, 0, (size_t)Cc * sizeof(float), s);
+    if (e != cudaSuccess) fsdp_fatal("kernel fp8 amax failed to launch: cudaMemsetAsync: %s", cudaGetErrorString(e));
+    if (rowwise) {
+        amax_rows_cols((unsigned *)amax, (unsigned *)amax_t, src, bf16, R, Cc, s);
+    } else {
+        const int vec = n % 8 == 0 && fsdp_cuda_aligned16(src);
+        void (*k)(unsigned *, const void *, size_t) =
+            bf16 ? (vec ? amax_tensor_bf16_vec : amax_tensor_bf16) : (vec ? amax_tensor_f32_vec : amax_tensor_f32);
+        unsigned grid = fsdp_cuda_grid(vec ? n / 8 : n, FP8_THREADS);
+        if (grid > 4096) grid = 4096;
+        k<<<grid, FP8_THREADS, 0, s>>>((unsigned *)amax, src, n);
+        fsdp_cuda_check_launch("fp8 amax_tensor");
+        e = cudaMemcpyAsync(amax_t, amax, sizeof(float), cudaMemcpyDeviceToDevice, s);
+        if (e != cudaSuccess) fsdp_fatal("fp8 cast_both: cudaMemcpyAsync of the amax: %s", cudaGetErrorString(e));
+    }
+    cast_args a = {codes_t, scale_t, inv_scale_t, NULL, src, amax_t, R, Cc, (int)t, pow2,
+                   codes, scale, inv_scale, amax};
+    const int vec = R % 16 == 0 && ((uintptr_t)codes_t & 15u) == 0;
+    const int vec_rm = Cc % 16 == 0 && ((uintptr_t)codes & 15u) == 0;
+    dim3 grid((unsigned)fsdp_cuda_ceil_div(Cc, TILE), (unsigned)fsdp_cuda_ceil_div(R, TILE));
+    if (grid.y > 65535u) fsdp_fatal("internal error: an FP8 transposed cast of %d rows (at most %d)", R, 65535 * TILE);
+    const int vec_ld = Cc % 8 == 0 && fsdp_cuda_aligned16(src);
+    (bf16 ? cast_t_bf16 : cast_t_f32)<<<grid, FP8_THREADS, 0, s>>>(a, rowwise, vec, vec_rm, vec_ld);
+    fsdp_cuda_check_launch("fp8 cast_both");
+}
+
+/* ---- the scaling epilogue ------------------------------------------------------------------------- */
+
+#define EPILOGUE_KERNEL(name, BF16)                                                                           \
+    static __global__ void __launch_bounds__(FP8_THREADS) name(void *out, const float *acc, const float *inv_a, \
+                                                               int a_rw, const float *inv_b, int b_rw, int R, \
+                                                               int Cn, const void *bias, const void *addend,  \
+                                                               int relu) {                                    \
+        const size_t n = (size_t)R * Cn, stride = (size_t)gridDim.x * blockDim.x;                             \
+        for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {                  \
+            const int r = (int)(i / Cn), c = (int)(i % Cn);                                                   \
+            const float factor = __fmul_rn(inv_a[a_rw ? r : 0], inv_b[b_rw ? c : 0]);                         \
+            float y = __fmul_rn(factor, acc[i]);                                                              \
+            if (bias) y = __fadd_rn(y, ld1(bias, c, BF16));                                                   \
+            if (addend) y = __fadd_rn(y, ld1(addend, i, BF16));                                               \
+            st1(out, i, BF16, (relu && y < 0.0f) ? 0.0f : y);                                                 \
+        }                                                                                                     \
+    }
+EPILOGUE_KERNEL(epilogue_f32, 0)
+EPILOGUE_KERNEL(epilogue_bf16, 1)
+
+void fsdp_cuda_fp8_scale_epilogue(void *out, fsdp_dtype out_t, const float *acc, const float *inv_a, int a_rowwise,
+                                  const float *inv_b, int b_rowwise, int R, int Cn, const void *bias,
+                                  const void *addend, int relu, cudaStream_t s) {
+    if (out_t != FSDP_BF16 && out_t != FSDP_F32)
+        fsdp_fatal("internal error: the FP8 epilogue into %s (fp32 or bf16 only)", fsdp_dtype_name(out_t));
+    const size_t n = (size_t)R * Cn;
+    if (n == 0) return;
+    unsigned grid = fsdp_cuda_grid(n, FP8_THREADS);
+    if (grid > 8192) grid = 8192;
+    (out_t == FSDP_BF16 ? epilogue_bf16 : epilogue_f32)<<<grid, FP8_THREADS, 0, s>>>(
+        out, acc, inv_a, a_rowwise, inv_b, b_rowwise, R, Cn, bias, addend, relu);
+    fsdp_cuda_check_launch("fp8 scale_epilogue");
+}

@@ -1,0 +1,48 @@
+/* Launch functions of the FP8 kernels (src/kernels/cuda/fp8.cu), callable from C: the casts of
+ * ../fp8.h on the GPU, bit for bit what cpu_fp8_cast writes (codes, scales, inverse scales, amax; a
+ * NaN's code or amax may differ from the CPU's in sign or payload only), and the scaling epilogue
+ * of rowwise products when cuBLASLt cannot apply the row scales itself. Device pointers, enqueued
+ * on `s`, never synchronising; a failed launch is fatal and names the kernel.
+ *
+ * The conversions come from cuda_fp8.h, which runs them as instructions on sm_89 and newer and in
+ * software below (sm_80 builds and runs these casts; only the products need FP8 tensor cores). */
+#ifndef FSDP_KERNELS_FP8_CUDA_H
+#define FSDP_KERNELS_FP8_CUDA_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "../base/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cpu_fp8_cast's arguments with src of src_t (FSDP_BF16 or FSDP_F32). amax_in NULL: the amax is
+ * computed into amax_out (device, one float per scale; required then). Without transpose a
+ * rowwise cast is one kernel (a block reads its row twice, the second time from cache); the others
+ * are an amax pass and a cast pass, the transposed ones through shared-memory tiles. */
+void fsdp_cuda_fp8_cast(uint8_t *codes, float *scale, float *inv_scale, float *amax_out, const void *src,
+                        fsdp_dtype src_t, int R, int Cc, int transpose, int rowwise, fsdp_dtype t, int pow2,
+                        const float *amax_in, cudaStream_t s);
+
+/* Both casts of one source in one pass over it (the backward's dy, which both gradient products read):
+ * what fsdp_cuda_fp8_cast writes without transpose (codes, scale, inv_scale, amax: per row of src, or
+ * one) and with it (codes_t [Cc, R], scale_t, inv_scale_t, amax_t: per column of src, or one). One
+ * amax pass (rows and columns together when rowwise), then one pass through shared-memory tiles
+ * that writes both layouts. */
+void fsdp_cuda_fp8_cast_both(uint8_t *codes, float *scale, float *inv_scale, float *amax, uint8_t *codes_t,
+                             float *scale_t, float *inv_scale_t, float *amax_t, const void *src, fsdp_dtype src_t,
+                             int R, int Cc, int rowwise, fsdp_dtype t, int pow2, cudaStream_t s);
+
+/* out[R, Cn] (row-major, out_t) = (inv_a[r] * inv_b[c]) * acc[r, c] (+ bias[c], out_t) (+ addend[r, c],
+ * out_t; may alias out) then relu; inv_a has R values when a_rowwise, else 1 (likewise inv_b, Cn). */
+void fsdp_cuda_fp8_scale_epilogue(void *out, fsdp_dtype out_t, const float *acc, const float *inv_a, int a_rowwise,
+                                  const float *inv_b, int b_rowwise, int R, int Cn, const void *bias,
+                                  const void *addend, int relu, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

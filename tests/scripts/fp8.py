@@ -1,0 +1,110 @@
+"""`--fp8` end to end on the CPU backend, which emulates the FP8 products (src/kernels/cpu/fp8.c):
+
+- tensorwise and rowwise train a small Llama (dimensions multiples of 16) on a learnable token file:
+  the loss falls as with fp32 products, ends within 1% of theirs, and differs from them from the
+  first step (the FP8 products did run), fp32 and bf16 mixed precision;
+- the same micro-batches on 2, 3 and 4 ranks (FULL, SHARD_GRAD_OP, NO_SHARD, HYBRID as 2 emulated
+  nodes) as on 1 rank with accumulation: the first step's loss and gradient norm agree to 1e-6 and
+  1e-5 (the FP8 maths of each micro-batch is the same; only the order of gradient sums differs),
+  where fp32 products differ from FP8 ones by far more; later steps within 2e-3 (a weight that moved
+  by a rounding can round to another FP8 code);
+- the metrics summary and the run line say the recipe;
+- refused in one line: a model whose intermediate size is not a multiple of 16, a micro-batch of 12
+  tokens, and a value that is not a recipe.
+"""
+import json
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import fsdptest as t
+import packing
+
+D = t.tmpdir("fp8")
+CONFIG = os.path.join(D, "config.json")
+with open(CONFIG, "w") as f:
+    json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+               "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "vocab_size": 256, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+               "torch_dtype": "float32"}, f)
+TOKENS = os.path.join(D, "tokens.bin")
+rng = random.Random(3)
+motif = [rng.randrange(1, 250) for _ in range(37)]
+packing.write_v1(TOKENS, (motif * 400)[:12000], 256)
+
+STEPS = 8
+MBS, GLOBAL = 4, 48  # 64 tokens per micro-batch; 12 micro-batches a step on every layout
+FP32 = ["--model-precision", "fp32", "--mixed-precision", "no"]
+
+
+def train(n, tag, extra, precision=FP32):
+    d = t.tmpdir("fp8-" + tag)
+    args = ["train", "--model", CONFIG, "--data", TOKENS, "--seq", "16", "--steps", str(STEPS), "--lr", "3e-3",
+            "--warmup", "2", "--log-every", "100", "--mbs", str(MBS), "--grad-accum", str(GLOBAL // (MBS * n)),
+            "--metrics", os.path.join(d, "m.jsonl")] + precision + list(extra)
+    rc, out, err = t.run(n, args)
+    steps, summary = t.metrics(os.path.join(d, "m.jsonl")) if rc == 0 else ([], None)
+    return steps, summary, out
+
+
+def losses(steps):
+    return [r["loss"] for r in steps]
+
+
+def rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+base = {}
+for fp8 in ("none", "tensorwise", "rowwise"):
+    base[fp8] = train(1, "1-" + fp8, ["--fp8", fp8])
+none = losses(base["none"][0])
+t.check(len(none) == STEPS and none[-1] < 0.8 * none[0], "fp32 products learn the token file (%s)" % none[-1:])
+for fp8 in ("tensorwise", "rowwise"):
+    steps, summary, out = base[fp8]
+    got = losses(steps)
+    t.check(len(got) == STEPS and got[-1] < 0.8 * got[0] and rel(got[-1], none[-1]) < 0.01,
+            "--fp8 %s learns as fp32 products do: final loss %s vs %s" % (fp8, got[-1:], none[-1:]))
+    t.check(len(got) == STEPS and rel(got[0], none[0]) > 1e-6 and
+            rel(steps[0]["grad_norm"], base["none"][0][0]["grad_norm"]) > 1e-5,
+            "--fp8 %s: the first loss and gradient norm differ from fp32 products' (the FP8 products ran)" % fp8)
+    t.check(summary is not None and summary.get("fp8") == fp8 and ("| fp8 %s" % fp8) in out,
+            "--fp8 %s: the metrics summary and the run line say it" % fp8)
+t.check(base["none"][1] is not None and base["none"][1].get("fp8") == "none", "the summary says fp8 none by default")
+
+# bf16 mixed precision (the CPU's emulated bf16 activations)
+BF16 = ["--model-precision", "fp32", "--mixed-precision", "bf16"]
+bf16 = {fp8: losses(train(1, "bf16-" + fp8, ["--fp8", fp8], precision=BF16)[0]) for fp8 in ("none", "rowwise")}
+t.check(len(bf16["rowwise"]) == STEPS and rel(bf16["rowwise"][-1], bf16["none"][-1]) < 0.01 and
+        bf16["none"] != none and bf16["rowwise"] != losses(base["rowwise"][0]),
+        "bf16 mixed precision: --fp8 rowwise ends within 1%% of bf16 products (%s vs %s), both unlike fp32's" %
+        (bf16["rowwise"][-1:], bf16["none"][-1:]))
+
+LAYOUTS = [(2, "FULL", [], "tensorwise"), (4, "HYBRID", ["--ranks-per-node", "2"], "tensorwise"),
+           (3, "SHARD_GRAD_OP", [], "rowwise"), (4, "NO_SHARD", [], "rowwise")]
+for n, strategy, extra, fp8 in LAYOUTS:
+    what = "--fp8 %s on %d ranks %s" % (fp8, n, strategy)
+    steps = train(n, "%d-%s-%s" % (n, strategy, fp8), ["--fp8", fp8, "--strategy", strategy] + extra)[0]
+    ref = base[fp8][0]
+    if len(steps) != STEPS:
+        t.fail("%s: %d steps" % (what, len(steps)))
+        continue
+    t.check(rel(steps[0]["loss"], ref[0]["loss"]) <= 1e-6 and rel(steps[0]["grad_norm"], ref[0]["grad_norm"]) <= 1e-5,
+            "%s: first loss and gradient norm as on 1 rank (%.8g, %.8g vs %.8g, %.8g)" %
+            (what, steps[0]["loss"], steps[0]["grad_norm"], ref[0]["loss"], ref[0]["grad_norm"]))
+    worst = max(rel(a, b) for a, b in zip(losses(steps), losses(ref)))
+    t.check(worst <= 2e-3, "%s: every loss within 2e-3 of 1 rank's (worst %.1e)" % (what, worst))
+
+# refusals: one line, non-zero exit
+for args, expect, what in (
+        (["--model", "tiny-llama", "--fp8", "tensorwise"], "--fp8 tensorwise needs multiples of 16",
+         "an intermediate size of 88"),
+        (["--model", CONFIG, "--fp8", "rowwise", "--mbs", "1", "--seq", "12"], "--mbs 1 x --seq 12 = 12",
+         "12 tokens per micro-batch"),
+        (["--model", CONFIG, "--fp8", "blockwise"], "--fp8", "an unknown recipe")):
+    rc, out, err = t.run(1, ["train", "--steps", "1"] + args, check=False)
+    lines = [l for l in err.strip().splitlines() if l.strip()]
+    t.check(rc != 0 and len(lines) == 1 and expect in lines[0], "refused in one line: %s (%s)" % (what, lines[-1:]))
+
+t.finish()
