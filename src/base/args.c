@@ -55,6 +55,8 @@ static const struct {
     {"gradient_checkpointing", "recompute", " full"},
     {"fsdp", "strategy", " FULL|SHARD_GRAD_OP|NO_SHARD|HYBRID"},
     {"max_new_tokens", "max-new-tokens", NULL},
+    {"logging_dir", "tensorboard", NULL},
+    {"report_to", "tensorboard", " DIR"},
     {"warmup_ratio", NULL, "fsdp.c takes warm-up in steps: --warmup N"},
     {"lr_scheduler_type", NULL, "fsdp.c's schedule is linear warm-up then cosine decay to --min-lr"},
 };

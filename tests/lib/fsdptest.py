@@ -11,6 +11,9 @@ ROOT = os.environ.get("FSDP_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.p
 BIN = os.environ.get("FSDP_BIN") or os.path.join(ROOT, "build", "fsdp")
 TOOLS = os.environ.get("FSDP_TOOLS_DIR") or os.path.join(ROOT, "build", "tests")
 MPIRUN = os.environ.get("MPIRUN", "mpirun")
+# Set by a sanitizer build's tests (tests/CMakeLists.txt): a script may then run fewer of the layouts
+# that repeat one code path, never fewer kinds of check.
+SANITIZED = os.environ.get("FSDP_TEST_SANITIZED") == "1"
 
 ENV = dict(os.environ)
 ENV.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",

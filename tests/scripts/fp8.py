@@ -83,6 +83,8 @@ t.check(len(bf16["rowwise"]) == STEPS and rel(bf16["rowwise"][-1], bf16["none"][
 
 LAYOUTS = [(2, "FULL", [], "tensorwise"), (4, "HYBRID", ["--ranks-per-node", "2"], "tensorwise"),
            (3, "SHARD_GRAD_OP", [], "rowwise"), (4, "NO_SHARD", [], "rowwise")]
+if t.SANITIZED:  # one sharded and one hybrid layout: the same products run in the others
+    LAYOUTS = LAYOUTS[:2]
 for n, strategy, extra, fp8 in LAYOUTS:
     what = "--fp8 %s on %d ranks %s" % (fp8, n, strategy)
     steps = train(n, "%d-%s-%s" % (n, strategy, fp8), ["--fp8", fp8, "--strategy", strategy] + extra)[0]

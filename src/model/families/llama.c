@@ -2,6 +2,7 @@
  * attention, SwiGLU; biases only when attention_bias / mlp_bias say so; tied or untied head.
  * Field names and defaults follow transformers' LlamaConfig (4.x and 5.x). */
 #include "../config.h"
+#include "llama_modules.h"
 
 extern const fsdp_family fsdp_family_llama;
 
@@ -61,21 +62,7 @@ const fsdp_family fsdp_family_llama = {
     .mlp = FSDP_MLP_SWIGLU,
     .pos = FSDP_POS_ROPE,
     .padding_idx = 1,
-    .modules =
-        {
-            [FSDP_MOD_EMBED_TOKENS] = "model.embed_tokens",
-            [FSDP_MOD_Q] = "model.layers.%d.self_attn.q_proj",
-            [FSDP_MOD_K] = "model.layers.%d.self_attn.k_proj",
-            [FSDP_MOD_V] = "model.layers.%d.self_attn.v_proj",
-            [FSDP_MOD_O] = "model.layers.%d.self_attn.o_proj",
-            [FSDP_MOD_GATE] = "model.layers.%d.mlp.gate_proj",
-            [FSDP_MOD_UP] = "model.layers.%d.mlp.up_proj",
-            [FSDP_MOD_DOWN] = "model.layers.%d.mlp.down_proj",
-            [FSDP_MOD_NORM_ATTN] = "model.layers.%d.input_layernorm",
-            [FSDP_MOD_NORM_MLP] = "model.layers.%d.post_attention_layernorm",
-            [FSDP_MOD_NORM_FINAL] = "model.norm",
-            [FSDP_MOD_LM_HEAD] = "lm_head",
-        },
+    .modules = {FSDP_LLAMA_MODULE_NAMES},
     .fields = FIELDS,
     .presets = PRESETS,
     .num_presets = (int)(sizeof PRESETS / sizeof *PRESETS),

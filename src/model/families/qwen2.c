@@ -3,6 +3,7 @@
  * attention (use_sliding_window) is refused; sliding_window and max_window_layers matter only with
  * it. Field names and defaults follow transformers' Qwen2Config (4.x and 5.x). */
 #include "../config.h"
+#include "llama_modules.h"
 
 extern const fsdp_family fsdp_family_qwen2;
 
@@ -63,21 +64,7 @@ const fsdp_family fsdp_family_qwen2 = {
     .pos = FSDP_POS_ROPE,
     .biases = FSDP_BIAS_QKV,
     .padding_idx = 1,
-    .modules =
-        {
-            [FSDP_MOD_EMBED_TOKENS] = "model.embed_tokens",
-            [FSDP_MOD_Q] = "model.layers.%d.self_attn.q_proj",
-            [FSDP_MOD_K] = "model.layers.%d.self_attn.k_proj",
-            [FSDP_MOD_V] = "model.layers.%d.self_attn.v_proj",
-            [FSDP_MOD_O] = "model.layers.%d.self_attn.o_proj",
-            [FSDP_MOD_GATE] = "model.layers.%d.mlp.gate_proj",
-            [FSDP_MOD_UP] = "model.layers.%d.mlp.up_proj",
-            [FSDP_MOD_DOWN] = "model.layers.%d.mlp.down_proj",
-            [FSDP_MOD_NORM_ATTN] = "model.layers.%d.input_layernorm",
-            [FSDP_MOD_NORM_MLP] = "model.layers.%d.post_attention_layernorm",
-            [FSDP_MOD_NORM_FINAL] = "model.norm",
-            [FSDP_MOD_LM_HEAD] = "lm_head",
-        },
+    .modules = {FSDP_LLAMA_MODULE_NAMES},
     .fields = FIELDS,
     .presets = PRESETS,
     .num_presets = (int)(sizeof PRESETS / sizeof *PRESETS),

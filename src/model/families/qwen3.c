@@ -4,6 +4,7 @@
  * or untied head. Sliding-window attention (use_sliding_window, layer_types) is refused as for
  * Qwen2. Field names and defaults follow transformers' Qwen3Config (4.x and 5.x). */
 #include "../config.h"
+#include "llama_modules.h"
 
 extern const fsdp_family fsdp_family_qwen3;
 
@@ -66,23 +67,7 @@ const fsdp_family fsdp_family_qwen3 = {
     .pos = FSDP_POS_ROPE,
     .qk_norm = 1,
     .padding_idx = 1,
-    .modules =
-        {
-            [FSDP_MOD_EMBED_TOKENS] = "model.embed_tokens",
-            [FSDP_MOD_Q] = "model.layers.%d.self_attn.q_proj",
-            [FSDP_MOD_K] = "model.layers.%d.self_attn.k_proj",
-            [FSDP_MOD_V] = "model.layers.%d.self_attn.v_proj",
-            [FSDP_MOD_O] = "model.layers.%d.self_attn.o_proj",
-            [FSDP_MOD_Q_NORM] = "model.layers.%d.self_attn.q_norm",
-            [FSDP_MOD_K_NORM] = "model.layers.%d.self_attn.k_norm",
-            [FSDP_MOD_GATE] = "model.layers.%d.mlp.gate_proj",
-            [FSDP_MOD_UP] = "model.layers.%d.mlp.up_proj",
-            [FSDP_MOD_DOWN] = "model.layers.%d.mlp.down_proj",
-            [FSDP_MOD_NORM_ATTN] = "model.layers.%d.input_layernorm",
-            [FSDP_MOD_NORM_MLP] = "model.layers.%d.post_attention_layernorm",
-            [FSDP_MOD_NORM_FINAL] = "model.norm",
-            [FSDP_MOD_LM_HEAD] = "lm_head",
-        },
+    .modules = {FSDP_LLAMA_MODULE_NAMES, [FSDP_MOD_Q_NORM] = "model.layers.%d.self_attn.q_norm", [FSDP_MOD_K_NORM] = "model.layers.%d.self_attn.k_norm"},
     .fields = FIELDS,
     .presets = PRESETS,
     .num_presets = (int)(sizeof PRESETS / sizeof *PRESETS),
