@@ -33,6 +33,8 @@ LAYOUTS += [(1, "HYBRID", 1), (2, "HYBRID", 1), (3, "HYBRID", 1), (3, "HYBRID", 
 LAYOUTS = [layout + ((),) for layout in LAYOUTS]
 COPY_ENGINES = ("--gather-engine", "copy", "--reduce-engine", "copy")
 LAYOUTS += [(2, "SHARD_GRAD_OP", 0, COPY_ENGINES), (3, "FULL", 0, COPY_ENGINES), (8, "HYBRID", 4, COPY_ENGINES)]
+if t.SANITIZED:  # eight processes on CI's two cores are the slow part: one eight-rank layout is kept
+    LAYOUTS = [layout for layout in LAYOUTS if layout[0] != 8 or layout == (8, "HYBRID", 2, ())]
 
 
 def train(model, n, strategy, rpn, tag, extra=()):
