@@ -34,9 +34,8 @@ int fsdp_hf_dir_has_model(const char *dir, char *what, size_t cap) {
     return found;
 }
 
-static int write_json(const char *dir, const char *name, const json_t *v, fsdp_err *err) {
-    /* Nine significant digits give back every float32 the config holds, in its shortest form. */
-    char *text = fsdp_json_text(v, 2, 9);
+int fsdp_hf_write_json_tmp(const char *dir, const char *name, const json_t *v, int precision, fsdp_err *err) {
+    char *text = fsdp_json_text(v, 2, precision);
     if (!text) fsdp_fatal("out of host memory writing %s", name);
     size_t n = strlen(text);
     char *line = realloc(text, n + 2);
@@ -59,7 +58,8 @@ int fsdp_hf_stage_configs(const char *dir, const fsdp_model_config *cfg, const c
     if (!config) return -1;
     json_object_set_new(config, "dtype", json_string(dtype));
     json_object_set_new(config, "torch_dtype", json_string(dtype));
-    int rc = write_json(dir, "config.json", config, err);
+    /* Nine significant digits give back every float32 the config holds, in its shortest form. */
+    int rc = fsdp_hf_write_json_tmp(dir, "config.json", config, 9, err);
     json_decref(config);
     if (rc) return -1;
 
@@ -68,7 +68,7 @@ int fsdp_hf_stage_configs(const char *dir, const fsdp_model_config *cfg, const c
     set_id(gen, "bos_token_id", cfg->bos_token_id);
     set_id(gen, "eos_token_id", cfg->eos_token_id);
     set_id(gen, "pad_token_id", cfg->pad_token_id);
-    rc = write_json(dir, "generation_config.json", gen, err);
+    rc = fsdp_hf_write_json_tmp(dir, "generation_config.json", gen, 9, err);
     json_decref(gen);
     return rc;
 }

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "../base/error.h"
 #include "../model/config.h"
 
@@ -18,6 +20,9 @@ int fsdp_hf_dir_has_model(const char *dir, char *what, size_t cap);
  * dtype as transformers names it ("bfloat16", "float32"): written as "dtype" (transformers 5) and
  * "torch_dtype" (what transformers 4 reads). The generation config carries the bos/eos/pad token
  * ids that the model config has. */
+/* Write JSON value v as DIR/NAME.tmp (indented, one final newline, numbers with `precision`
+ * significant digits), for the export's staging: every JSON file of a Hugging Face directory. */
+int fsdp_hf_write_json_tmp(const char *dir, const char *name, const json_t *v, int precision, fsdp_err *err);
 int fsdp_hf_stage_configs(const char *dir, const fsdp_model_config *cfg, const char *dtype, fsdp_err *err);
 /* Renames them to their final names, config.json last: a directory with a config.json is complete. */
 int fsdp_hf_publish_configs(const char *dir, fsdp_err *err);

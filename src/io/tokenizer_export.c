@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../base/files.h"
+#include "hf_model_dir.h"
 #include "jsonio.h"
 #include "safetensors_write.h"
 #include "special_tokens.h"
@@ -74,18 +75,6 @@ static json_t *added_token_json(const fsdp_tj_added_token *a, int typed) {
     return o;
 }
 
-static int write_json_tmp(const char *staging, const char *name, json_t *v, fsdp_err *err) {
-    char *text = fsdp_json_text(v, 2, 17);
-    if (!text) fsdp_fatal("out of host memory writing %s", name);
-    size_t n = strlen(text);
-    char *line = realloc(text, n + 2);
-    if (!line) fsdp_fatal("out of host memory writing %s", name);
-    memcpy(line + n, "\n", 2);
-    int rc = fsdp_write_file_tmp(staging, name, line, n + 1, err);
-    free(line);
-    return rc;
-}
-
 int fsdp_tokenizer_stage(const char *staging, const char *arg, const fsdp_model_config *cfg, fsdp_err *err) {
     char json[4300], config[4300];
     if (fsdp_tokenizer_files(arg, json, sizeof json, config, sizeof config, err)) return -1;
@@ -129,7 +118,7 @@ int fsdp_tokenizer_stage(const char *staging, const char *arg, const fsdp_model_
             json_object_set_new(c, "model_max_length", json_integer(cfg->max_position_embeddings));
         for (int k = 0; k < FSDP_SPECIAL_COUNT; k++)
             if (tokens[k]) json_object_set_new(c, KEYS[k], added_token_json(tokens[k], 1));
-        rc = write_json_tmp(staging, "tokenizer_config.json", c, err);
+        rc = fsdp_hf_write_json_tmp(staging, "tokenizer_config.json", c, 17, err);
         json_decref(c);
     }
     char map[4400];
@@ -142,7 +131,7 @@ int fsdp_tokenizer_stage(const char *staging, const char *arg, const fsdp_model_
         json_t *m = json_object();
         for (int k = 0; k < FSDP_SPECIAL_COUNT; k++)
             if (tokens[k]) json_object_set_new(m, KEYS[k], added_token_json(tokens[k], 0));
-        rc = write_json_tmp(staging, "special_tokens_map.json", m, err);
+        rc = fsdp_hf_write_json_tmp(staging, "special_tokens_map.json", m, 17, err);
         json_decref(m);
     }
     fsdp_tokenizer_spec_free(&spec);
