@@ -1,6 +1,10 @@
-/* fsdp: the program's entry. Initialises MPI, dispatches to a subcommand, finalises MPI. */
+/* fsdp: the program's entry. Initialises MPI, dispatches to a subcommand, finalises MPI.
+ * The commands that run as one process (tokenize, prepare, report, --help, --version) leave MPI down
+ * when nothing launched several ranks: they work on a login node whose MPI cannot start a singleton
+ * (Slurm's PMI outside an allocation) and start in a fraction of the time. */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -13,18 +17,19 @@ typedef struct {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *summary;
+    int one_process; /* never talks to other ranks: runs without MPI when launched alone */
 } command;
 
 static const command COMMANDS[] = {
-    {"train", fsdp_cmd_train, "train or fine-tune a %s model with FSDP over MPI ranks"},
-    {"report", fsdp_cmd_report, "tables and plots (report.md, PNG) of the course's experiments from run metrics"},
-    {"tokenize", fsdp_cmd_tokenize, "encode text to token ids (or decode ids) with a Hugging Face tokenizer.json"},
-    {"prepare", fsdp_cmd_prepare, "tokenize text, JSON Lines or Alpaca data into token files for training"},
-    {"plan", fsdp_cmd_plan, "the memory a training configuration reserves per GPU, and the largest micro-batch that fits"},
-    {"export", fsdp_cmd_export, "write a checkpoint as a Hugging Face model directory (safetensors) for transformers"},
-    {"verify", fsdp_cmd_verify, "check checkpoints completely (checksums, attributes) and say what they hold"},
-    {"generate", fsdp_cmd_generate, "continue a prompt with a model, streaming the text (KV cache, CPU or one GPU)"},
-    {"eval", fsdp_cmd_eval, "validation loss and perplexity of a model or checkpoint over a token file"},
+    {"train", fsdp_cmd_train, "train or fine-tune a %s model with FSDP over MPI ranks", 0},
+    {"report", fsdp_cmd_report, "tables and plots (report.md, PNG) of the course's experiments from run metrics", 1},
+    {"tokenize", fsdp_cmd_tokenize, "encode text to token ids (or decode ids) with a Hugging Face tokenizer.json", 1},
+    {"prepare", fsdp_cmd_prepare, "tokenize text, JSON Lines or Alpaca data into token files for training", 1},
+    {"plan", fsdp_cmd_plan, "the memory a training configuration reserves per GPU, and the largest micro-batch that fits", 0},
+    {"export", fsdp_cmd_export, "write a checkpoint as a Hugging Face model directory (safetensors) for transformers", 0},
+    {"verify", fsdp_cmd_verify, "check checkpoints completely (checksums, attributes) and say what they hold", 0},
+    {"generate", fsdp_cmd_generate, "continue a prompt with a model, streaming the text (KV cache, CPU or one GPU)", 0},
+    {"eval", fsdp_cmd_eval, "validation loss and perplexity of a model or checkpoint over a token file", 0},
 };
 
 static void usage(FILE *out) {
@@ -41,13 +46,28 @@ static void usage(FILE *out) {
     }
 }
 
-int main(int argc, char **argv) {
-    /* Every rank waits inside MPI's start-up for the others to join, before any wait of fsdp.c is
-     * bounded: a rank that never joins must not hold the job there until its time limit. */
+static const command *find_command(const char *name) {
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (!strcmp(name, COMMANDS[i].name)) return &COMMANDS[i];
+    return NULL;
+}
+
+static int runs_without_mpi(int argc, char **argv) {
+    if (fsdp_startup_world() > 1) return 0;
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help") ||
+        !strcmp(argv[1], "--version"))
+        return 1;
+    const command *cmd = find_command(argv[1]);
+    return cmd && cmd->one_process;
+}
+
+/* Every rank waits inside MPI's start-up for the others to join, before any wait of fsdp.c is
+ * bounded: a rank that never joins must not hold the job there until its time limit. */
+static int start_mpi(int *argc, char ***argv) {
     fsdp_startup_watchdog_arm("MPI start-up, which ends once every rank of the job has joined (MPI_Init_thread)");
     fsdp_fault_startup();
     int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "fsdp: error: MPI_Init_thread failed\n");
         return 1;
     }
@@ -59,6 +79,20 @@ int main(int argc, char **argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     fsdp_share_host_threads(MPI_COMM_WORLD); /* the first collective: still start-up */
     fsdp_startup_watchdog_disarm();
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const int with_mpi = !runs_without_mpi(argc, argv);
+    if (with_mpi) {
+        int status = start_mpi(&argc, &argv);
+        if (status) return status;
+    } else {
+        fsdp_fault_startup();
+        fsdp_set_rank(0, 1);
+        fsdp_share_host_threads(MPI_COMM_NULL);
+    }
+    const int rank = fsdp_rank();
 
     int status;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
@@ -72,9 +106,7 @@ int main(int argc, char **argv) {
 #endif
         status = 0;
     } else {
-        const command *cmd = NULL;
-        for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-            if (!strcmp(argv[1], COMMANDS[i].name)) cmd = &COMMANDS[i];
+        const command *cmd = find_command(argv[1]);
         if (!cmd) {
             fsdp_err err = {0};
             fsdp_usagef(&err, "unknown command '%s' (see fsdp --help)", argv[1]);
@@ -82,6 +114,6 @@ int main(int argc, char **argv) {
         }
         status = cmd->run(argc - 1, argv + 1);
     }
-    MPI_Finalize();
+    if (with_mpi) MPI_Finalize();
     return status;
 }

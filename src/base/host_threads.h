@@ -12,8 +12,15 @@
 
 #include <mpi.h>
 
-/* Collective over `world`. Returns the OpenMP threads this rank will use. */
+/* Collective over `world` (MPI_COMM_NULL: a process without MPI, alone on its host). Returns the
+ * OpenMP threads this rank will use. */
 int fsdp_share_host_threads(MPI_Comm world);
+
+/* The threads of this rank's share of the machine by the rule below, whatever OMP_NUM_THREADS says:
+ * for one-off start-up work that no other thread of the rank runs beside (the initial weights), where
+ * OMP_NUM_THREADS=1 (torchrun's default, often copied into SLURM scripts) would make a 7B model's
+ * 6.7 G normal draws take minutes instead of seconds. 1 before fsdp_share_host_threads. */
+int fsdp_start_up_threads(void);
 
 /* The rule itself, for the tests: the threads of a rank that may run on `allowed` of the machine's
  * `online` CPUs, with `ranks_here` ranks on the machine. */

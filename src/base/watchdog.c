@@ -67,6 +67,19 @@ int fsdp_startup_rank(void) {
     return -1;
 }
 
+int fsdp_startup_world(void) {
+    /* Open MPI's mpirun, PMI (MPICH's Hydra, Slurm's pmi2) and an srun step. */
+    static const char *const VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", NULL};
+    int world = 1;
+    for (int i = 0; VARS[i]; i++) {
+        const char *v = getenv(VARS[i]);
+        char *end = NULL;
+        long n = v && *v ? strtol(v, &end, 10) : -1;
+        if (v && *v && end && !*end && n > world && n <= 1 << 30) world = (int)n;
+    }
+    return world;
+}
+
 static void say(const char *line, size_t len) {
     while (len > 0) {
         ssize_t w = write(STDERR_FILENO, line, len);

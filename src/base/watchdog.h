@@ -36,6 +36,8 @@ void fsdp_startup_watchdog_arm(const char *what);
 void fsdp_startup_watchdog_disarm(void);
 /* This process's rank as the launcher's environment gives it, before MPI can say; -1 without one. */
 int fsdp_startup_rank(void);
+/* The number of ranks the launcher's environment announces before MPI is up; 1 without a launcher. */
+int fsdp_startup_world(void);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../base/error.h"
+#include "../base/host_threads.h"
 #include "../base/rng.h"
 
 typedef struct {
@@ -207,6 +208,7 @@ float fsdp_param_init_value(const fsdp_model_config *c, const fsdp_param_desc *p
 void fsdp_param_init_fill(const fsdp_model_config *c, const fsdp_param_desc *p, uint64_t seed, int64_t first,
                           int64_t count, float *out) {
     init_rule r = init_rule_of(c, p, seed);
-    #pragma omp parallel for schedule(static)
+    /* Each value depends on its index alone: any thread count gives the same weights. */
+    #pragma omp parallel for schedule(static) num_threads(fsdp_start_up_threads())
     for (int64_t k = 0; k < count; k++) out[k] = init_value(&r, first + k);
 }

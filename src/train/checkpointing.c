@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/host_threads.h"
 #include "../base/log.h"
 #include "../io/hf_config.h"
 #include "../io/jsonio.h"
@@ -290,7 +291,7 @@ void fsdp_trainer_init_weights(fsdp_trainer *t) {
     fsdp_backend *be = t->be;
     size_t es = master_size(t);
     void *staged = fsdp_xmalloc((size_t)total * es, "initial weights");
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) num_threads(fsdp_start_up_threads())
     for (int64_t i = 0; i < total; i++) {
         if (es == 2)
             ((uint16_t *)staged)[i] = fsdp_f32_to_bf16(host[i]);
