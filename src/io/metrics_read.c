@@ -1,17 +1,13 @@
 /* The --metrics reader of metrics_read.h. */
 #include "metrics_read.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "../base/files.h"
 #include "../base/log.h"
-#include "jsonio.h"
+#include "metrics_lines.h"
 
 typedef struct {
     fsdp_metrics_point *v;
@@ -172,76 +168,43 @@ static void add_evaluation(fsdp_metrics_run *run, const json_t *rec) {
     v[run->num_evaluations++] = e;
 }
 
-static int blank(const char *line) {
-    for (; *line; line++)
-        if (*line != ' ' && *line != '\t' && *line != '\n' && *line != '\r') return 0;
-    return 1;
+typedef struct {
+    fsdp_metrics_run *run;
+    series loss, eval;
+    json_t *summary; /* the last summary record */
+} reading;
+
+static void visit(json_t *rec, void *ctx) {
+    reading *r = ctx;
+    int step;
+    const char *kind = json_string_value(json_object_get(rec, "record"));
+    if (kind && !strcmp(kind, "evaluation")) {
+        add_evaluation(r->run, rec);
+    } else if (json_is_true(json_object_get(rec, "summary"))) {
+        json_decref(r->summary);
+        r->summary = json_incref(rec);
+        r->run->num_records++;
+    } else if (integer_step(rec, &step)) {
+        json_t *l = json_object_get(rec, "loss"), *e = json_object_get(rec, "eval_loss");
+        if (json_is_number(l)) series_add(&r->loss, step, json_number_value(l));
+        if (json_is_number(e)) series_add(&r->eval, step, json_number_value(e));
+        r->run->num_records++;
+    }
 }
 
 int fsdp_metrics_read(const char *path, fsdp_metrics_run *run, fsdp_err *err) {
     memset(run, 0, sizeof *run);
-    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
-    if (fd < 0) return -1;
-    FILE *fp = fdopen(fd, "r");
-    if (!fp) {
-        int e = errno;
-        close(fd);
-        return fsdp_errf(err, "%s: fdopen: %s", path, strerror(e));
-    }
-    series loss = {0}, eval = {0};
-    json_t *summary = NULL;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0;
-    while ((len = getline(&line, &cap, fp)) >= 0) {
-        lineno++;
-        if (blank(line)) continue;
-        char origin[1100];
-        snprintf(origin, sizeof origin, "%s: line %ld", path, lineno);
-        fsdp_err line_err = {0};
-        json_t *rec = fsdp_json_load_text(line, (size_t)len, origin, &line_err);
-        if (!rec || !json_is_object(rec)) {
-            fsdp_warn("%s (line skipped)", rec ? strcat(origin, ": not a JSON object") : line_err.msg);
-            json_decref(rec);
-            continue;
-        }
-        int step;
-        const char *kind = json_string_value(json_object_get(rec, "record"));
-        if (kind && !strcmp(kind, "evaluation")) {
-            add_evaluation(run, rec);
-            json_decref(rec);
-            continue;
-        }
-        if (json_is_true(json_object_get(rec, "summary"))) {
-            json_decref(summary);
-            summary = rec;
-            run->num_records++;
-            continue;
-        }
-        if (integer_step(rec, &step)) {
-            json_t *l = json_object_get(rec, "loss"), *e = json_object_get(rec, "eval_loss");
-            if (json_is_number(l)) series_add(&loss, step, json_number_value(l));
-            if (json_is_number(e)) series_add(&eval, step, json_number_value(e));
-            run->num_records++;
-        }
-        json_decref(rec);
-    }
-    int read_failed = ferror(fp);
-    free(line);
-    fclose(fp);
-    series_finish(&loss, &run->loss, &run->num_loss);
-    series_finish(&eval, &run->eval, &run->num_eval);
-    int rc = 0;
-    if (read_failed)
-        rc = fsdp_errf(err, "%s: read error", path);
-    else if (run->num_records == 0 && run->num_evaluations == 0)
+    reading r = {.run = run};
+    int rc = fsdp_metrics_each_record(path, visit, &r, err);
+    series_finish(&r.loss, &run->loss, &run->num_loss);
+    series_finish(&r.eval, &run->eval, &run->num_eval);
+    if (rc == 0 && run->num_records == 0 && run->num_evaluations == 0)
         rc = fsdp_errf(err, "%s: no fsdp.c metrics record in it", path);
-    else if (summary) {
-        rc = parse_summary(summary, path, &run->summary, err);
+    else if (rc == 0 && r.summary) {
+        rc = parse_summary(r.summary, path, &run->summary, err);
         run->has_summary = rc == 0;
     }
-    json_decref(summary);
+    json_decref(r.summary);
     if (rc) fsdp_metrics_run_free(run);
     return rc;
 }

@@ -1,16 +1,12 @@
 /* The reader of metrics_timing.h. */
 #include "metrics_timing.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "../base/files.h"
 #include "../base/log.h"
-#include "jsonio.h"
+#include "metrics_lines.h"
 
 typedef struct {
     int *step;
@@ -103,61 +99,46 @@ static int parse_summary(const json_t *r, const char *path, fsdp_metrics_timing 
     return 0;
 }
 
+typedef struct {
+    steps steps;
+    json_t *summary; /* the last summary record */
+    int first;       /* the first step recorded: set-up, not the steady state */
+} reading;
+
+static void visit(json_t *rec, void *ctx) {
+    reading *r = ctx;
+    if (json_is_true(json_object_get(rec, "summary"))) {
+        json_decref(r->summary);
+        r->summary = json_incref(rec);
+        return;
+    }
+    json_t *step = json_object_get(rec, "step"), *ms = json_object_get(rec, "step_ms");
+    if (json_is_integer(step) && json_is_number(ms) && !json_object_get(rec, "eval_loss")) {
+        int k = (int)json_integer_value(step);
+        if (r->first < 0 || k < r->first) r->first = k;
+        add(&r->steps, k, json_number_value(ms), number_or(rec, "comm_wait_ms", 0.0),
+            number_or(rec, "optimizer_ms", -1.0));
+    }
+}
+
 int fsdp_metrics_read_timing(const char *path, fsdp_metrics_timing *out, fsdp_err *err) {
     memset(out, 0, sizeof *out);
-    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
-    if (fd < 0) return -1;
-    FILE *fp = fdopen(fd, "r");
-    if (!fp) {
-        int e = errno;
-        close(fd);
-        return fsdp_errf(err, "%s: fdopen: %s", path, strerror(e));
-    }
-    steps s = {0};
-    json_t *summary = NULL;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int first = -1;
-    while ((len = getline(&line, &cap, fp)) >= 0) {
-        fsdp_err line_err = {0};
-        json_t *rec = fsdp_json_load_text(line, (size_t)len, path, &line_err);
-        if (!json_is_object(rec)) { /* blank or torn lines: as fsdp_metrics_read, skipped */
-            json_decref(rec);
-            continue;
-        }
-        if (json_is_true(json_object_get(rec, "summary"))) {
-            json_decref(summary);
-            summary = rec;
-            continue;
-        }
-        json_t *step = json_object_get(rec, "step"), *ms = json_object_get(rec, "step_ms");
-        if (json_is_integer(step) && json_is_number(ms) && !json_object_get(rec, "eval_loss")) {
-            int k = (int)json_integer_value(step);
-            if (first < 0 || k < first) first = k;
-            add(&s, k, json_number_value(ms), number_or(rec, "comm_wait_ms", 0.0), number_or(rec, "optimizer_ms", -1.0));
-        }
-        json_decref(rec);
-    }
-    int read_failed = ferror(fp);
-    free(line);
-    fclose(fp);
-    int rc = 0;
-    if (read_failed)
-        rc = fsdp_errf(err, "%s: read error", path);
-    else if (!summary)
+    reading r = {.first = -1};
+    const steps *s = &r.steps;
+    int rc = fsdp_metrics_each_record(path, visit, &r, err);
+    if (rc == 0 && !r.summary)
         rc = fsdp_errf(err, "%s: no summary record (the run did not finish): its step time cannot be read", path);
-    else if (parse_summary(summary, path, out, err))
+    else if (rc == 0 && parse_summary(r.summary, path, out, err))
         rc = -1;
-    else {
-        out->step_ms = median(&s, s.ms, first);
-        out->comm_wait_ms = median(&s, s.wait, first);
-        out->optimizer_ms = median(&s, s.opt, first);
-        for (int i = 0; i < s.n; i++) out->timed_steps += s.step[i] != first;
+    else if (rc == 0) {
+        out->step_ms = median(s, s->ms, r.first);
+        out->comm_wait_ms = median(s, s->wait, r.first);
+        out->optimizer_ms = median(s, s->opt, r.first);
+        for (int i = 0; i < s->n; i++) out->timed_steps += s->step[i] != r.first;
         if (out->timed_steps < 1 || out->step_ms <= 0.0)
             rc = fsdp_errf(err, "%s: no timed step after the first (train at least 2 steps to measure a rate)", path);
     }
-    json_decref(summary);
-    free(s.step), free(s.ms), free(s.wait), free(s.opt);
+    json_decref(r.summary);
+    free(r.steps.step), free(r.steps.ms), free(r.steps.wait), free(r.steps.opt);
     return rc;
 }

@@ -5,7 +5,7 @@
  *
  * Promises: one error naming the file for a file that cannot be read, has no summary record
  * (the run did not finish), lacks a field of the summary it needs, or times fewer than one step
- * after the first; unknown keys and torn lines are skipped as fsdp_metrics_read does. */
+ * after the first; unknown keys and torn lines are skipped as fsdp_metrics_read does (metrics_lines.h). */
 #ifndef FSDP_IO_METRICS_TIMING_H
 #define FSDP_IO_METRICS_TIMING_H
 
