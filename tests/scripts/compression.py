@@ -17,11 +17,11 @@ the bytes each step sends.
    exactly what the plan says, on every run above)."""
 import math
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import fsdptest as t
+from wirecount import shard_len, units, wire
 
 STEPS = 6
 BASE = ["--model", "tiny-llama", "--seq", "32", "--lr", "2e-3", "--model-precision", "fp32", "--steps", str(STEPS)]
@@ -60,32 +60,7 @@ for n, accum, mbs, strategy, extra in ((2, 2, 2, "FULL", []), (2, 2, 2, "SHARD_G
     t.compare_checkpoints(ckpt, ref_ckpt, 1e-5, "%s --accumulate local: final weights and moments" % strategy)
 
 
-# ---- 2. comm_bytes against a count made here ----
-def units(ckpt_path):
-    """Elements of each FSDP unit (src/model/layout.h): EMBED, one per layer, HEAD; tied embeddings."""
-    arrays = {k: v for k, v in t.checkpoint_arrays(ckpt_path).items() if not k.startswith("optimizer/")}
-    embed = sum(v.size for k, v in arrays.items() if k.startswith("model.embed"))
-    layers = {}
-    for k, v in arrays.items():
-        m = re.match(r"model\.layers\.(\d+)\.", k)
-        if m:
-            layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + v.size
-    head = sum(v.size for k, v in arrays.items() if k in ("model.norm.weight", "lm_head.weight"))
-    return embed, [layers[i] for i in sorted(layers)], head
-
-
-def shard_len(numel, s):
-    align = s * 64  # FSDP_SHARD_ALIGN
-    return (numel + align - 1) // align * align // s
-
-
-def wire(dtype, count):
-    """Bytes of one piece as src/base/dtype.h lays it out (a GPU's element sizes)."""
-    if dtype == "int8":
-        return (count + 15) // 16 * 16 + (math.ceil(count / 256) * 4 + 15) // 16 * 16
-    return count * {"fp32": 4, "bf16": 2}[dtype]
-
-
+# ---- 2. comm_bytes against a count made here (tests/lib/wirecount.py) ----
 def expected(strategy, ranks, reduce_dtype, gather_dtype, microbatches, local):
     embed, blocks, head = units(ref_ckpt)
     s = 1 if strategy == "NO_SHARD" else ranks

@@ -17,13 +17,13 @@
 5. Flags: other strategies, one node, a size that does not divide the ranks and a malformed value are
    each refused in one line."""
 import json
-import math
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import fsdptest as t
+from wirecount import padded, units, wire
 
 STEPS = 4
 COMMON = ["train", "--seq", "16", "--steps", str(STEPS), "--lr", "2e-3", "--warmup", "2", "--weight-decay", "0.1",
@@ -42,31 +42,6 @@ def train(n, tag, extra, ckpt_every=0):
     steps, summary = t.metrics(os.path.join(d, "m.jsonl"))
     return {"steps": steps, "summary": summary, "out": out, "dir": d,
             "ckpt": os.path.join(d, "ckpt", "step-%08d.h5" % STEPS)}
-
-
-def units(ckpt_path):
-    """Elements of each FSDP unit (src/model/layout.h): EMBED, one per layer, HEAD."""
-    arrays = {k: v for k, v in t.checkpoint_arrays(ckpt_path).items() if not k.startswith("optimizer/")}
-    embed = sum(v.size for k, v in arrays.items() if k.startswith("model.embed"))
-    layers = {}
-    for k, v in arrays.items():
-        m = re.match(r"model\.layers\.(\d+)\.", k)
-        if m:
-            layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + v.size
-    head = sum(v.size for k, v in arrays.items() if k in ("model.norm.weight", "lm_head.weight"))
-    return embed, [layers[i] for i in sorted(layers)], head
-
-
-def padded(numel, s):
-    align = s * 64  # FSDP_SHARD_ALIGN
-    return (numel + align - 1) // align * align
-
-
-def wire(dtype, count):
-    """Bytes of one piece as src/base/dtype.h lays it out (the dtype's own sizes)."""
-    if dtype == "int8":
-        return (count + 15) // 16 * 16 + (math.ceil(count / 256) * 4 + 15) // 16 * 16
-    return count * {"fp32": 4, "bf16": 2}[dtype]
 
 
 def expected_gathers(ckpt, world, node, gather_dtype, compute_dtype, microbatches):
