@@ -361,11 +361,6 @@ int fsdp_cmd_plan(int argc, char **argv) {
     if (reshard && (fsdp_reshard_parse("plan", reshard, &o.reshard_after_forward, &err) ||
                     fsdp_reshard_resolve("plan", &o, gpus, gpus / nodes, 1, &err)))
         fsdp_exit_error(&err, 0);
-    if (reshard && timed) { /* its backward's gathers inside the node: not laid out by step_time.c yet */
-        fsdp_usagef(&err, "plan: --reshard-after-forward (hpZ) has no time plan yet: plan its memory without "
-                          "--link-gbps, --compute-from, --calibrate and --compute-tflops");
-        fsdp_exit_error(&err, 0);
-    }
 
     fsdp_model_config cfg;
     fsdp_dropout_rates rates;
@@ -432,9 +427,12 @@ int fsdp_cmd_plan(int argc, char **argv) {
         o.model = model;
         if (fsdp_cli_link_rates("plan", &lf, &cfg, &o, &link, &speed, source, sizeof source, &err))
             fsdp_exit_error(&err, 0);
-        fsdp_link_choices ch = {1, !fsdp_args_find(&spec, "reduce-dtype")->seen,
-                                !fsdp_args_find(&spec, "gather-dtype")->seen, !fsdp_args_find(&spec, "accumulate")->seen,
-                                r.budget};
+        fsdp_link_choices ch = {.strategies = 1,
+                                .reduce_dtypes = !fsdp_args_find(&spec, "reduce-dtype")->seen,
+                                .gather_dtypes = !fsdp_args_find(&spec, "gather-dtype")->seen,
+                                .accumulate = !fsdp_args_find(&spec, "accumulate")->seen,
+                                .reshard = !reshard,
+                                .budget = r.budget};
         fsdp_link_table_build(&cfg, &o, &r.place, &link, &speed, &ch, &table);
     }
 

@@ -199,10 +199,11 @@ json_t *fsdp_cli_link_json(const fsdp_link_table *t, const fsdp_link *link, cons
         char name[160];
         fsdp_link_row_name(r, name, sizeof name);
         json_t *row = json_pack(
-            "{s:s, s:s, s:i, s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "name", name,
+            "{s:s, s:s, s:i, s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "name", name,
             "strategy", fsdp_strategy_name(r->o.strategy), "mbs", r->o.mbs, "grad_accum", s->microbatches, "reduce_dtype",
             fsdp_dtype_name(r->o.reduce_dtype), "gather_dtype", fsdp_dtype_name(r->o.gather_dtype), "accumulate",
-            fsdp_plan_accumulate_local(&r->o, 0) ? "local" : "sharded", "fits",
+            fsdp_plan_accumulate_local(&r->o, 0) ? "local" : "sharded", "reshard_after_forward",
+            r->o.reshard_after_forward > 0 ? json_integer(r->o.reshard_after_forward) : json_null(), "fits",
             r->fits < 0 ? json_null() : json_boolean(r->fits), "total_gib", fsdp_json_number(fsdp_gib(r->mem.total)),
             "tokens_per_s_per_gpu", fsdp_json_number(s->tokens_per_s_per_gpu), "step_ms", fsdp_json_number(s->step_ms),
             "compute_ms", fsdp_json_number(s->compute_ms), "optimizer_ms", fsdp_json_number(s->optimizer_ms),

@@ -295,9 +295,12 @@ typedef struct {
     double reduce;       /* one reduction of its gradient over the shard group (0 when S = 1) */
     double replica;      /* one all-reduce over replicas of a micro-batch's reduced gradient (R > 1) */
     double replica_step; /* the all-reduce of its gradient shard over replicas once per step (deferred) */
+    double secondary;    /* hpZ: the backward's all-gather inside the secondary group (0: the unit has no
+                          * secondary copy; fsdp_engine_wire_plan only, per unit) */
 } fsdp_unit_wire;
 typedef struct {
     int shard_size, replica_size;
+    int secondary_size; /* hpZ's group, 0 = none */
     int hold_params;    /* SHARD_GRAD_OP gathers once per step and keeps the units (local accumulation) */
     int hold_grads;     /* reductions over the shard group only in a step's last micro-batch */
     int defer_replicas; /* replicas all-reduced once per step, on the shards */

@@ -51,9 +51,20 @@ void fsdp_engine_wire_plan(const fsdp_unit_spec *units, int num_units, const fsd
     out->hold_params = m.hold_params, out->hold_grads = m.hold_grads, out->defer_replicas = m.defer_replicas;
     out->norm = S > 1 && !opts->forward_only ? 2.0 * (S - 1) / S * (double)sizeof(float) : 0.0;
     out->num_units = num_units;
+    out->secondary_size = m.secondary_size;
     out->units = fsdp_xcalloc((size_t)num_units, sizeof *out->units, "the units' wire plan");
-    for (int u = 0; u < num_units; u++)
-        fsdp_engine_unit_wire(&m, opts, fsdp_shard_padded(units[u].numel, S) / S, &out->units[u]);
+    int64_t *padded = fsdp_xmalloc((size_t)num_units * sizeof *padded, "the units' wire plan");
+    int64_t *secondary_len = fsdp_xmalloc((size_t)num_units * sizeof *secondary_len, "the units' wire plan");
+    for (int u = 0; u < num_units; u++) padded[u] = fsdp_shard_padded(units[u].numel, S);
+    fsdp_plan_secondary(&m, opts, padded, num_units, secondary_len);
+    for (int u = 0; u < num_units; u++) {
+        fsdp_engine_unit_wire(&m, opts, padded[u] / S, &out->units[u]);
+        /* As comm_bytes.c counts hpZ's gather: N - 1 pieces of the secondary shard, compute dtype. */
+        if (secondary_len[u] > 0)
+            out->units[u].secondary =
+                (double)(m.secondary_size - 1) * (double)engine_wire_bytes(opts->compute_dtype, (size_t)secondary_len[u]);
+    }
+    free(padded), free(secondary_len);
 }
 
 void fsdp_wire_plan_free(fsdp_wire_plan *w) {

@@ -55,28 +55,40 @@ void fsdp_link_table_build(const fsdp_model_config *cfg, const fsdp_train_option
     int nr = ch->reduce_dtypes ? (base->master_dtype == FSDP_BF16 ? 2 : 3) : 1;
     int ng = ch->gather_dtypes && base->compute_dtype == FSDP_BF16 ? 2 : 1;
     int na = ch->accumulate && fsdp_plan_microbatches(base, place->world) > 1 ? 2 : 1;
+    /* hpZ needs nodes of more than one rank (its secondary group is the node) and more than one node. */
+    int hpz = link->nodes > 1 && place->node_size > 1 && place->node_size < place->world &&
+              place->world % place->node_size == 0;
+    int reshards[2] = {0, place->node_size};
+    int nh = ch->reshard && hpz ? 2 : 1;
+    if (nh == 1) reshards[0] = base->reshard_after_forward;
     if (!ch->reduce_dtypes) reduces[0] = base->reduce_dtype;
     if (!ch->gather_dtypes || ng == 1) gathers[0] = base->gather_dtype;
     if (!ch->accumulate || na == 1) accums[0] = base->accumulate;
     if (ch->reduce_dtypes && base->master_dtype == FSDP_BF16) reduces[1] = FSDP_I8;
     int requested_seen = 0;
-    for (int si = 0; si < 4; si++) {
-        fsdp_strategy s = all[si];
-        if (ch->strategies ? !strategy_applies(s, place, link->nodes) : s != base->strategy) continue;
-        for (int ri = 0; ri < nr; ri++)
-            for (int gi = 0; gi < ng; gi++)
-                for (int ai = 0; ai < na; ai++) {
-                    fsdp_train_options o = *base;
-                    o.strategy = s, o.reduce_dtype = reduces[ri], o.gather_dtype = gathers[gi], o.accumulate = accums[ai];
-                    /* Gathers exist only with a shard group; accumulating locally is FULL's choice. */
-                    if (s == FSDP_NO_SHARD && gi > 0) continue;
-                    if (s != FSDP_FULL && ai > 0) continue;
-                    int req = s == base->strategy && o.reduce_dtype == base->reduce_dtype &&
-                              o.gather_dtype == base->gather_dtype && o.accumulate == base->accumulate;
-                    requested_seen |= req;
-                    add_row(cfg, &o, place, link, rates, ch->budget, req, out);
-                }
-    }
+    /* hpZ's rows after all the others: at a predicted tie (its inner gathers hidden, it sends across
+     * nodes what SHARD_GRAD_OP sends) the configuration without the secondary copy ranks first. */
+    for (int hi = 0; hi < nh; hi++)
+        for (int si = 0; si < 4; si++) {
+            fsdp_strategy s = all[si];
+            if (ch->strategies ? !strategy_applies(s, place, link->nodes) : s != base->strategy) continue;
+            if (hi > 0 && s != FSDP_FULL) continue;
+            for (int ri = 0; ri < nr; ri++)
+                for (int gi = 0; gi < ng; gi++)
+                    for (int ai = 0; ai < na; ai++) {
+                        fsdp_train_options o = *base;
+                        o.strategy = s, o.reduce_dtype = reduces[ri], o.gather_dtype = gathers[gi];
+                        o.accumulate = accums[ai], o.reshard_after_forward = s == FSDP_FULL ? reshards[hi] : 0;
+                        /* Gathers exist only with a shard group; accumulating locally is FULL's choice. */
+                        if (s == FSDP_NO_SHARD && gi > 0) continue;
+                        if (s != FSDP_FULL && ai > 0) continue;
+                        int req = s == base->strategy && o.reduce_dtype == base->reduce_dtype &&
+                                  o.gather_dtype == base->gather_dtype && o.accumulate == base->accumulate &&
+                                  o.reshard_after_forward == base->reshard_after_forward;
+                        requested_seen |= req;
+                        add_row(cfg, &o, place, link, rates, ch->budget, req, out);
+                    }
+        }
     if (!requested_seen) add_row(cfg, base, place, link, rates, ch->budget, 1, out);
     /* A stable insertion sort: a few dozen rows. */
     for (int i = 1; i < out->n; i++) {
@@ -105,5 +117,8 @@ void fsdp_link_row_name(const fsdp_link_row *r, char *buf, size_t cap) {
     if (o->gather_dtype != o->compute_dtype && o->strategy != FSDP_NO_SHARD && used < cap)
         used += (size_t)snprintf(buf + used, cap - used, ", gather %s", fsdp_dtype_name(o->gather_dtype));
     if (r->time.microbatches > 1 && used < cap)
-        snprintf(buf + used, cap - used, ", accumulate %s", fsdp_plan_accumulate_local(o, 0) ? "local" : "sharded");
+        used += (size_t)snprintf(buf + used, cap - used, ", accumulate %s",
+                                 fsdp_plan_accumulate_local(o, 0) ? "local" : "sharded");
+    if (o->reshard_after_forward > 0 && used < cap)
+        snprintf(buf + used, cap - used, ", hpZ %d", o->reshard_after_forward);
 }

@@ -1,6 +1,7 @@
 /* The configurations of a run ranked by their predicted speed on a link (`fsdp plan --link-gbps`,
  * `fsdp train --strategy auto`): for each strategy and, unless the user fixed them, each way of
- * moving fewer bytes (--reduce-dtype, --gather-dtype, FULL's --accumulate), the memory plan
+ * moving fewer bytes (--reduce-dtype, --gather-dtype, FULL's --accumulate, and across nodes FULL's
+ * hpZ, --reshard-after-forward with the node's ranks), the memory plan
  * (memory_plan.h) at the given micro-batch or, with --mbs auto, the largest that fits, and the
  * step's predicted time (step_time.h). The table is sorted: configurations that fit first, then by
  * predicted tokens/s per GPU, fastest first; ties keep the enumeration order (FULL, SHARD_GRAD_OP,
@@ -11,7 +12,7 @@
 #include "step_time.h"
 
 typedef struct {
-    fsdp_train_options o; /* the configuration (strategy, mbs, grad_accum, dtypes, accumulate) */
+    fsdp_train_options o; /* the configuration (strategy, mbs, grad_accum, dtypes, accumulate, hpZ) */
     fsdp_memory_plan mem;
     fsdp_step_time time;
     int fits;      /* 1, 0, or -1 when no memory budget is known */
@@ -29,6 +30,7 @@ typedef struct {
     int reduce_dtypes; /* the model precision, bf16, int8 (else base's) */
     int gather_dtypes; /* the compute precision, int8 (else base's) */
     int accumulate;    /* FULL with several micro-batches: sharded and local (else base's) */
+    int reshard;       /* FULL over nodes of equal size: without and with hpZ inside the node (else base's) */
     size_t budget;     /* bytes per GPU to fit into (0: unknown; --mbs auto then needs it) */
 } fsdp_link_choices;
 

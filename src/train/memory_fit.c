@@ -130,7 +130,10 @@ static int choose_strategy(fsdp_trainer *t, const fsdp_plan_place *place, fsdp_e
                                 "them (NCCL's busbw; NDR200 InfiniBand about 25)", nodes);
     fsdp_link link = {nodes, o->link_gbps, o->intra_gbps};
     fsdp_rates rates = {o->auto_tflops, o->auto_update_gbps, o->auto_interference, o->auto_gather_interference};
-    fsdp_link_choices ch = {1, o->auto_vary_reduce, o->auto_vary_gather, o->auto_vary_accumulate, t->fit_budget};
+    /* hpZ's secondary group is the node: only where every node has the same ranks (reshard.c). */
+    fsdp_link_choices ch = {.strategies = 1, .reduce_dtypes = o->auto_vary_reduce, .gather_dtypes = o->auto_vary_gather,
+                            .accumulate = o->auto_vary_accumulate, .reshard = t->topo.uniform_nodes,
+                            .budget = t->fit_budget};
     if (o->mbs_auto && !t->fit_budget)
         return fsdp_usagef(err, "--mbs auto on the CPU backend needs --memory-limit GiB (the memory each rank may use)");
     fsdp_link_table table;
@@ -163,6 +166,7 @@ static int choose_strategy(fsdp_trainer *t, const fsdp_plan_place *place, fsdp_e
              table.n > 1 ? others : " none", rates.tflops, o->auto_rate_source);
     o->strategy = best->o.strategy;
     o->reduce_dtype = best->o.reduce_dtype, o->gather_dtype = best->o.gather_dtype, o->accumulate = best->o.accumulate;
+    o->reshard_after_forward = best->o.reshard_after_forward; /* the node's ranks, or 0 */
     t->be->grad_dtype = fsdp_plan_grad_dtype(o);
     fsdp_link_table_free(&table);
     return 0;

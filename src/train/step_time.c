@@ -25,13 +25,14 @@ typedef struct {
     fsdp_shard_options so;
     fsdp_wire_plan wire;
     int U, K, S, R, reshard, rows, tied, direct;
-    double shard_bw, replica_bw, world_bw; /* bytes per ms */
-    int shard_link, replica_link, world_link; /* 1: the link between nodes, 2: inside a node (timeline.h) */
+    double shard_bw, replica_bw, world_bw, secondary_bw; /* bytes per ms */
+    int shard_link, replica_link, world_link, secondary_link; /* 1: between nodes, 2: inside a node (timeline.h) */
     double *fwd_ms, *bwd_ms, head_ms, *upd_ms, rows_bytes;
     fsdp_timeline tl;
     ring *prings, *grings;
     int nprings, ngrings, *pring_of, *gring_of;
     int *resident, *ready;  /* per unit: gathered (or gathering), and the gather task it waits for */
+    int *secondary;         /* per unit: resharded after its forward into hpZ's secondary copy */
     int *grad_slot;         /* per unit: the gradient slot it holds, or -1 */
     int *unit_update;       /* per unit: the previous update's task (-1 before the first) */
     int last_update, last_reduce, rows_task;
@@ -90,12 +91,15 @@ static int start_gather(sim *s, int u) {
     ring *r = &s->prings[s->pring_of[u]];
     int slot = take_slot(r, u);
     if (slot < 0) return 0;
-    int t = fsdp_timeline_add(&s->tl, FSDP_TL_GATHER, s->wire.units[u].gather / s->shard_bw);
-    s->tl.tasks[t].link = s->shard_link;
+    /* hpZ: a unit resharded after its forward is gathered for its backward inside its secondary group. */
+    int inside = s->secondary[u];
+    double bytes = inside ? s->wire.units[u].secondary : s->wire.units[u].gather;
+    int t = fsdp_timeline_add(&s->tl, FSDP_TL_GATHER, bytes / (inside ? s->secondary_bw : s->shard_bw));
+    s->tl.tasks[t].link = inside ? s->secondary_link : s->shard_link;
     fsdp_timeline_after(&s->tl, t, r->release[slot]);
     fsdp_timeline_after(&s->tl, t, s->unit_update[u] >= 0 && s->last_update < 0 ? s->unit_update[u] : s->last_update);
-    count(s, FSDP_COMM_GATHER, s->wire.units[u].gather);
-    s->resident[u] = 1, s->ready[u] = t;
+    count(s, inside ? FSDP_COMM_GATHER_SECONDARY : FSDP_COMM_GATHER, bytes);
+    s->resident[u] = 1, s->ready[u] = t, s->secondary[u] = 0;
     return 1;
 }
 
@@ -175,7 +179,10 @@ static void microbatch(sim *s, int a) {
         int u = s->order[k];
         c = fsdp_timeline_add(&s->tl, FSDP_TL_COMPUTE, s->fwd_ms[u]);
         params(s, k++, c);
-        if (s->reshard && !s->pinned[u]) release_params(s, u, c);
+        if (s->reshard && !s->pinned[u]) {
+            release_params(s, u, c);
+            s->secondary[u] = s->wire.units[u].secondary > 0.0;
+        }
         if (s->S > 1) prefetch(s, k);
     }
     c = fsdp_timeline_add(&s->tl, FSDP_TL_COMPUTE, s->head_ms);
@@ -259,6 +266,9 @@ void fsdp_step_time_predict(const fsdp_model_config *cfg, const fsdp_train_optio
     s.replica_link = s.world_link = spans ? 1 : 2;
     s.shard_bw = s.shard_link == 1 ? inter : intra;
     s.replica_bw = s.world_bw = spans ? inter : intra;
+    /* hpZ's secondary group: ranks of one node when it fits in one (the engine groups consecutive ranks). */
+    s.secondary_link = spans && s.wire.secondary_size > place->node_size ? 1 : 2;
+    s.secondary_bw = s.secondary_link == 1 ? inter : intra;
     if (s.rows) { /* every rank's rows and their token indices, gathered over the world (grad_rows.c) */
         size_t n = (size_t)s.so.rows_capacity;
         s.rows_bytes = (double)(place->world - 1) *
@@ -294,6 +304,7 @@ void fsdp_step_time_predict(const fsdp_model_config *cfg, const fsdp_train_optio
     make_rings(&s, s.grings, &s.ngrings, s.gring_of, s.wire.hold_grads);
     s.resident = fsdp_xcalloc((size_t)s.U, sizeof(int), "the step's plan");
     s.ready = fsdp_xcalloc((size_t)s.U, sizeof(int), "the step's plan");
+    s.secondary = fsdp_xcalloc((size_t)s.U, sizeof(int), "the step's plan");
     s.grad_slot = fsdp_xmalloc((size_t)s.U * sizeof(int), "the step's plan");
     s.unit_update = fsdp_xmalloc((size_t)s.U * sizeof(int), "the step's plan");
     for (int u = 0; u < s.U; u++) s.grad_slot[u] = -1, s.unit_update[u] = -1;
@@ -327,7 +338,7 @@ void fsdp_step_time_predict(const fsdp_model_config *cfg, const fsdp_train_optio
     for (int r = 0; r < s.nprings; r++) free(s.prings[r].holder), free(s.prings[r].release);
     for (int r = 0; r < s.ngrings; r++) free(s.grings[r].holder), free(s.grings[r].release);
     free(s.fwd_ms), free(s.bwd_ms), free(s.upd_ms), free(s.prings), free(s.grings), free(s.pring_of), free(s.gring_of);
-    free(s.resident), free(s.ready), free(s.grad_slot), free(s.unit_update);
+    free(s.resident), free(s.ready), free(s.secondary), free(s.grad_slot), free(s.unit_update);
     free(s.order), free(s.pinned);
     fsdp_layout_free(&s.layout);
 }

@@ -2,13 +2,15 @@
 CPU ranks:
   - the bytes the plan counts per step, by kind of collective, equal the comm_bytes the engine counted
     in a real run's steps (after the first), for every strategy, reduce and gather dtype and both
-    accumulations, on 2 to 4 ranks (HYBRID over emulated nodes);
+    accumulations, on 2 to 4 ranks (HYBRID and hpZ over emulated nodes, hpZ's backward gathers inside
+    the node counted apart);
   - `fsdp train --strategy auto` picks the strategy the plan's table puts first, for two links and
     compute rates whose tables disagree (so the choice is not a constant), with --mbs auto (strategy and
-    micro-batch) and without dtype flags (the wire options too);
+    micro-batch), without dtype flags (the wire options too), and hpZ where memory leaves it the
+    fastest row that fits;
   - bad values are refused in one line: --link-gbps 0, --nodes that do not divide the GPUs,
     --gpus-per-node against --gpus, a time plan over nodes without --link-gbps, --strategy auto over
-    emulated nodes without --link-gbps, --calibrate onto an existing file, hpZ (not laid out yet).
+    emulated nodes without --link-gbps, --calibrate onto an existing file.
 The step-time arithmetic itself is test_step_time (hand-computed cases)."""
 import json
 import os
@@ -19,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import fsdptest as t
 
 UNTIED = os.path.join(t.ROOT, "tests", "data", "tiny-llama-untied", "config.json")
-KINDS = ("all_gather", "reduce", "all_reduce", "other", "total")
+KINDS = ("all_gather", "reduce", "all_reduce", "other", "all_gather_secondary", "total")
 
 # (ranks, strategy, ranks per node, model, flags shared by train and plan)
 CASES = [
@@ -30,10 +32,11 @@ CASES = [
     (4, "HYBRID", 2, "tiny-opt", ["--grad-accum", "2"]),
     (4, "HYBRID", 2, UNTIED, ["--reduce-dtype", "bf16", "--accumulate", "sharded", "--grad-accum", "2"]),
     (2, "FULL", 0, UNTIED, ["--model-precision", "bf16", "--gather-dtype", "fp8"]),
+    (4, "FULL", 2, "tiny-llama", ["--reshard-after-forward", "node", "--gather-dtype", "int8", "--grad-accum", "2"]),
 ]
 
-if t.SANITIZED:  # quantized wire and local accumulation, and HYBRID over emulated nodes
-    CASES = [CASES[1], CASES[4]]
+if t.SANITIZED:  # quantized wire and local accumulation, HYBRID and hpZ over emulated nodes
+    CASES = [CASES[1], CASES[4], CASES[7]]
 
 
 def plan(args):
@@ -73,6 +76,8 @@ for i, (n, strategy, rpn, model, extra) in enumerate(CASES):
                     name, s["step"], {k: sent[k] for k in KINDS}, {k: planned[k] for k in KINDS}))
     t.check(planned["total"] > 0 and any(planned[k] > 0 for k in ("all_gather", "all_reduce")),
             "%s: the plan's bytes are not all zero" % name)
+    t.check(("--reshard-after-forward" in extra) == (planned["all_gather_secondary"] > 0),
+            "%s: secondary gathers planned exactly for hpZ (%d bytes)" % (name, planned["all_gather_secondary"]))
 
 # --strategy auto chooses what the plan's table says, for two settings whose tables disagree.
 BASE = ["--model", "tiny-llama", "--mbs", "2", "--seq", "16", "--grad-accum", "2"]
@@ -133,6 +138,41 @@ if p:
             "  and trained with it (%s)" % ({k: summary.get(k) for k in ("strategy", "reduce_dtype", "gather_dtype",
                                                                             "accumulate")} if summary else None))
 
+# hpZ as a row: on 2 nodes of 2 ranks the table has FULL with and without it; with the memory of a
+# 12-layer model that leaves out SHARD_GRAD_OP, HYBRID and NO_SHARD (each holds more than hpZ's slice
+# of the blocks), hpZ is the fastest row that fits, and --strategy auto trains with it.
+MID = os.path.join(t.tmpdir("plan-links-hpz"), "config.json")
+json.dump({"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+           "num_hidden_layers": 12, "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 64,
+           "rms_norm_eps": 1e-5, "tie_word_embeddings": False}, open(MID, "w"))
+HPZ = ["--model", MID, "--mbs", "2", "--seq", "16", "--link-gbps", "0.01", "--compute-tflops", "1",
+       "--reduce-dtype", "fp32", "--gather-dtype", "fp32"]
+p = plan(HPZ + ["--gpus", "4", "--nodes", "2"])
+if p:
+    rows = {r["name"]: r for r in p["configurations"]}
+    t.check("FULL" in rows and "FULL, hpZ 2" in rows and rows["FULL, hpZ 2"]["reshard_after_forward"] == 2 and
+            rows["FULL"]["reshard_after_forward"] is None,
+            "2 nodes of 2: FULL with and without hpZ are rows (%s)" % sorted(rows))
+    full, hpz, sgo = rows.get("FULL"), rows.get("FULL, hpZ 2"), rows.get("SHARD_GRAD_OP")
+    if full and hpz and sgo:
+        budget = (hpz["total_gib"] + min(sgo["total_gib"], rows["HYBRID"]["total_gib"])) / 2
+        t.check(full["total_gib"] < hpz["total_gib"] < budget and hpz["tokens_per_s_per_gpu"] > full["tokens_per_s_per_gpu"],
+                "hpZ holds more than FULL, less than the rest, and is faster than FULL")
+        p = plan(HPZ + ["--gpus", "4", "--nodes", "2", "--gpu-mem", "%.6f" % budget])
+        first = p["configurations"][0] if p else {}
+        t.check(first.get("name") == "FULL, hpZ 2" and first.get("fits"),
+                "in %.4f GiB hpZ is the first row: %s" % (budget, first.get("name")))
+        d = t.tmpdir("plan-links-auto-hpz")
+        rc, out, err = t.run(4, ["train", "--strategy", "auto", "--ranks-per-node", "2", "--memory-limit", "%.6f" % budget,
+                                 "--steps", "1", "--synthetic-vocab", "997", "--metrics", os.path.join(d, "m.jsonl")]
+                             + HPZ, check=True)
+        m = re.search(r"--strategy auto chose (.+?) at micro-batch", out + err)
+        _, summary = t.metrics(os.path.join(d, "m.jsonl"))
+        t.check(m is not None and m.group(1) == "FULL, hpZ 2" and summary is not None and
+                summary.get("reshard_after_forward") == 2,
+                "train --strategy auto chose '%s' and trained with hpZ %s" % (
+                    m.group(1) if m else None, summary.get("reshard_after_forward") if summary else None))
+
 
 def refused(nprocs, args, pattern, what):
     rc, out, err = t.run(nprocs, args, check=False)
@@ -164,8 +204,6 @@ t.check(a is not None and b is not None and cal in a["rates"]["source"] and a["r
         a["rates"]["compute_tflops"] == b["rates"]["compute_tflops"],
         "--calibrate measured %s TFLOP/s into its file; --compute-from reads %s" % (
             a and a["rates"]["compute_tflops"], b and b["rates"]["compute_tflops"]))
-refused(1, ["plan", "--model", "tiny-llama", "--device", "cpu", "--gpus", "4", "--nodes", "2", "--reshard-after-forward",
-            "node", "--link-gbps", "25"], r"hpZ\) has no time plan", "hpZ with a time plan")
 existing = os.path.join(t.tmpdir("plan-links-calibrate-exists"), "exists.jsonl")
 open(existing, "w").close()
 refused(1, ["plan", "--model", "tiny-llama", "--device", "cpu", "--calibrate", existing], r"--calibrate .* exists",

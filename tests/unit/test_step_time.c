@@ -5,7 +5,8 @@
  *    plus the update's bytes at its bandwidth, to the rounding;
  *  - on two ranks over a link so slow that communication is the whole step, the step is the bytes
  *    of the gathers and reductions at that bandwidth (the streams' transfers serialize on each
- *    stream) plus no more than the compute. */
+ *    stream) plus no more than the compute;
+ *  - hpZ on two nodes of two ranks: the backward's gathers inside the node, at its bandwidth. */
 #include <math.h>
 #include <string.h>
 
@@ -127,6 +128,27 @@ static void one_rank(void) {
                hi, g, red);
     double sent_ms = (s3.bytes.total - s3.bytes.bytes[FSDP_COMM_OTHER]) / 1e3;
     check_close("  comm_ms is the bytes at the bandwidth", fabs(s3.comm_ms - sent_ms) / s3.comm_ms, 1e-6);
+
+    /* Four ranks on two nodes of two, the same slow link between nodes and 100 GB/s inside: with hpZ
+     * (the node's 2 ranks) the backward's gathers go inside the node, counted apart and timed at the
+     * inner bandwidth, so fewer bytes cross nodes and the step is shorter than FULL's. */
+    fsdp_plan_place four = {FSDP_DEVICE_CPU, 4, 2};
+    fsdp_step_time full, hpz;
+    fsdp_step_time_predict(&cfg, &o, &four, &slow, &rates, &full);
+    fsdp_train_options oh = o;
+    oh.reshard_after_forward = 2;
+    fsdp_step_time_predict(&cfg, &oh, &four, &slow, &rates, &hpz);
+    check_that(full.bytes.bytes[FSDP_COMM_GATHER_SECONDARY] == 0.0 && hpz.bytes.bytes[FSDP_COMM_GATHER_SECONDARY] > 0.0,
+               "hpZ: secondary gathers only with it (%.0f bytes)", hpz.bytes.bytes[FSDP_COMM_GATHER_SECONDARY]);
+    check_that(hpz.bytes.bytes[FSDP_COMM_GATHER] < full.bytes.bytes[FSDP_COMM_GATHER] &&
+                   hpz.bytes.bytes[FSDP_COMM_REDUCE] == full.bytes.bytes[FSDP_COMM_REDUCE],
+               "  fewer gathers across nodes (%.0f of FULL's %.0f bytes), the same reductions",
+               hpz.bytes.bytes[FSDP_COMM_GATHER], full.bytes.bytes[FSDP_COMM_GATHER]);
+    double inner = hpz.bytes.bytes[FSDP_COMM_GATHER_SECONDARY];
+    double hpz_ms = (hpz.bytes.total - hpz.bytes.bytes[FSDP_COMM_OTHER] - inner) / 1e3 + inner / 1e8;
+    check_close("  comm_ms: the secondary gathers at the node's bandwidth", fabs(hpz.comm_ms - hpz_ms) / hpz.comm_ms,
+                1e-6);
+    check_that(hpz.step_ms < full.step_ms, "  a shorter step than FULL's (%.1f < %.1f ms)", hpz.step_ms, full.step_ms);
     fsdp_layout_free(&l);
 }
 
