@@ -3,13 +3,21 @@
 
 #include <stdlib.h>
 
+/* Room for `extra` more of the `elem`-byte elements of *items (n used, *cap allocated), by doubling
+ * from `first`: the one growth rule of the text buffers. */
+static void reserve(void **items, size_t *cap, size_t n, size_t extra, size_t elem, size_t first, const char *what) {
+    size_t want = n + extra, grown = *cap ? *cap : first;
+    while (grown < want) grown *= 2;
+    if (grown == *cap) return;
+    void *p = realloc(*items, grown * elem);
+    if (!p) fsdp_fatal("out of host memory (%zu %s)", grown, what);
+    *items = p, *cap = grown;
+}
+
 void fsdp_buf_reserve(fsdp_buf *b, size_t extra) {
-    size_t want = b->n + extra, cap = b->cap ? b->cap : 256;
-    while (cap < want) cap *= 2;
-    if (cap == b->cap) return;
-    char *p = realloc(b->p, cap);
-    if (!p) fsdp_fatal("out of host memory (%zu bytes of text)", cap);
-    b->p = p, b->cap = cap;
+    void *p = b->p;
+    reserve(&p, &b->cap, b->n, extra, 1, 256, "bytes of text");
+    b->p = p;
 }
 
 void fsdp_buf_free(fsdp_buf *b) {
@@ -18,12 +26,9 @@ void fsdp_buf_free(fsdp_buf *b) {
 }
 
 void fsdp_ids_reserve(fsdp_ids *v, size_t extra) {
-    size_t want = v->n + extra, cap = v->cap ? v->cap : 64;
-    while (cap < want) cap *= 2;
-    if (cap == v->cap) return;
-    uint32_t *p = realloc(v->p, cap * sizeof *p);
-    if (!p) fsdp_fatal("out of host memory (%zu token ids)", cap);
-    v->p = p, v->cap = cap;
+    void *p = v->p;
+    reserve(&p, &v->cap, v->n, extra, sizeof *v->p, 64, "token ids");
+    v->p = p;
 }
 
 void fsdp_ids_free(fsdp_ids *v) {
@@ -32,12 +37,9 @@ void fsdp_ids_free(fsdp_ids *v) {
 }
 
 void fsdp_pieces_reserve(fsdp_pieces *v, size_t extra) {
-    size_t want = v->n + extra, cap = v->cap ? v->cap : 64;
-    while (cap < want) cap *= 2;
-    if (cap == v->cap) return;
-    fsdp_piece *p = realloc(v->p, cap * sizeof *p);
-    if (!p) fsdp_fatal("out of host memory (%zu pieces of text)", cap);
-    v->p = p, v->cap = cap;
+    void *p = v->p;
+    reserve(&p, &v->cap, v->n, extra, sizeof *v->p, 64, "pieces of text");
+    v->p = p;
 }
 
 void fsdp_pieces_free(fsdp_pieces *v) {
