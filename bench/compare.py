@@ -137,8 +137,10 @@ def run_fsdp(r, args, env, workdir):
                                                                re.sub(r"\W+", "_", r["label"])[:40]))
     if os.path.exists(metrics):
         os.remove(metrics)
+    # A row that sets its own micro-batch (--mbs auto) replaces the suite's.
+    mbs = [] if "--mbs" in r["ours"] else ["--mbs", str(r["mbs"])]
     cmd = ["mpirun", "-np", str(r["gpus"]), "--bind-to", "none", args.fsdp, "train", "--model", MODELS[r["model"]][0],
-           "--seq", str(r["seq"]), "--mbs", str(r["mbs"]), "--steps", str(r.get("steps") or args.steps), "--lr", "1e-5",
+           "--seq", str(r["seq"])] + mbs + ["--steps", str(r.get("steps") or args.steps), "--lr", "1e-5",
            "--device", "cuda", "--log-every", "5", "--metrics", metrics] + r["ours"] + shlex.split(args.extra)
     rc, out = run(cmd, env, args.timeout)
     rec = dict(command=" ".join(shlex.quote(c) for c in cmd), rc=rc)

@@ -96,6 +96,9 @@ ROWS = [
     # issue 22: the strategy and wire options fsdp plan's table puts first for a 25 GB/s link between two
     # nodes of one GPU (--ranks-per-node 1), against the rows above measured in the same call.
     ("1b", "fsdp", "fsdp.c --strategy auto (told 25 GB/s)", "--strategy auto --ranks-per-node 1 --link-gbps 25", IB),
+    # issue 22's bar: the strategy, wire options and micro-batch together (the suite's --mbs replaced).
+    ("1b", "fsdp", "fsdp.c --strategy auto --mbs auto (told 25 GB/s)",
+     "--strategy auto --mbs auto --ranks-per-node 1 --link-gbps 25", IB),
 
     ("7b", "fsdp", "fsdp.c FULL", "--strategy FULL", None),
     ("7b", "fsdp", "fsdp.c FULL, reduce int8, gather int8", "--strategy FULL --reduce-dtype int8 --gather-dtype int8",
