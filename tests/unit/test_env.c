@@ -3,7 +3,8 @@
  * the program with a message naming the variable and its value. Each variable is checked on its
  * default, its accepted values and a malformed value (in a child process, since that is fatal). Also
  * OMP_NUM_THREADS and the share of the CPUs each rank takes when it is unset (host_threads.h). */
-#define _DEFAULT_SOURCE
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,18 @@ int main(void) {
     check_that(fsdp_host_threads_for(4, 16, 4) == 4, "a rank bound to 4 of 16 CPUs: 4 threads");
     check_that(fsdp_host_threads_for(1, 16, 8) == 1, "a rank bound to one CPU: 1 thread");
     check_that(fsdp_host_threads_for(0, 16, 2) == 1, "no CPU count: 1 thread");
+
+    /* The initial weights' threads follow the rule above whatever OMP_NUM_THREADS says: with it set
+     * to 1, a process alone on its host still draws them with every CPU it may run on. */
+    set("OMP_NUM_THREADS", "1");
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    int allowed = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    fsdp_share_host_threads(MPI_COMM_NULL);
+    check_that(fsdp_start_up_threads() == (allowed > 0 ? allowed : 1),
+               "OMP_NUM_THREADS=1: the start-up work still takes the %d CPUs this process may use (%d)", allowed,
+               fsdp_start_up_threads());
+    set("OMP_NUM_THREADS", NULL);
 
     return check_summary("test_env");
 }
