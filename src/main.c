@@ -72,11 +72,11 @@ static int start_mpi(int *argc, char ***argv) {
         return 1;
     }
     int rank = 0, world = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    FSDP_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    FSDP_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
     fsdp_set_rank(rank, world);
     /* Errors in MPI calls come back as codes so that FSDP_CHECK_MPI can name the call and rank. */
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    FSDP_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     fsdp_share_host_threads(MPI_COMM_WORLD); /* the first collective: still start-up */
     fsdp_startup_watchdog_disarm();
     return 0;

@@ -273,7 +273,7 @@ int fsdp_cmd_generate(int argc, char **argv) {
     if (rc == 1) return 0;
     if (rc < 0) fsdp_exit_error(&err, 0);
     int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    FSDP_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
     if (world > 1)
         fsdp_usagef(&err, "generate runs as one process (it was started on %d ranks): run it without mpirun", world);
     else if (!f.init_from == !f.checkpoint)

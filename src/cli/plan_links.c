@@ -63,7 +63,7 @@ static int options_of_run(const char *command, const fsdp_metrics_timing *t, con
 static int calibrate(const char *command, const char *path, const fsdp_model_config *cfg, const fsdp_train_options *o,
                      fsdp_err *err) {
     int ranks = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    FSDP_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
     if (ranks > 1)
         return fsdp_usagef(err, "%s: --calibrate trains on one rank: run it without mpirun", command);
     char mbs[16], seq[16];

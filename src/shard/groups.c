@@ -94,8 +94,8 @@ void engine_close_groups(fsdp_engine *e) {
     be->coll->comm_destroy(be, e->replica_comm);
     be->coll->comm_destroy(be, e->own_rows_comm);
     engine_close_secondary(e);
-    MPI_Comm_free(&e->shard_mpi);
-    MPI_Comm_free(&e->replica_mpi);
+    FSDP_CHECK_MPI(MPI_Comm_free(&e->shard_mpi));
+    FSDP_CHECK_MPI(MPI_Comm_free(&e->replica_mpi));
 }
 
 int fsdp_engine_shard_rank(const fsdp_engine *e) { return e->shard_rank; }

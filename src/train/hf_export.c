@@ -323,8 +323,8 @@ static void report(const progress *pr, double *last, uint64_t total_bytes) {
 static int write_all(MPI_Comm comm, source *s, const fsdp_st_plan *plan, fsdp_st_writer *w, int *pieces,
                      fsdp_err *err) {
     int rank, world;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &world);
+    FSDP_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    FSDP_CHECK_MPI(MPI_Comm_size(comm, &world));
     const fsdp_layout *l = &s->layout;
     size_t es = plan->dtype == FSDP_ST_BF16 ? 2 : 4, round_cap = (size_t)FSDP_EXPORT_ROUND_ELEMENTS;
     float *values = fsdp_xmalloc(round_cap * sizeof(float), "export staging");
@@ -390,7 +390,7 @@ static int write_all(MPI_Comm comm, source *s, const fsdp_st_plan *plan, fsdp_st
 
 int fsdp_export(MPI_Comm comm, const fsdp_export_options *o, fsdp_err *err) {
     int rank;
-    MPI_Comm_rank(comm, &rank);
+    FSDP_CHECK_MPI(MPI_Comm_rank(comm, &rank));
     double t0 = fsdp_now();
     source s;
     if (open_source(comm, o, &s, err)) return -1;
