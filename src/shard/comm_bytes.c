@@ -57,7 +57,7 @@ void fsdp_engine_comm_minimum(const fsdp_engine *e, fsdp_comm_bytes *out) {
                 (double)(gathers_of(e, u) - secondary) * w.gather;
             if (secondary)
                 out->bytes[FSDP_COMM_GATHER_SECONDARY] +=
-                    (double)(e->secondary_size - 1) * (double)engine_wire_bytes(e->opts.compute_dtype, (size_t)m);
+                    fsdp_engine_secondary_wire(e->secondary_size, e->opts.compute_dtype, m);
             out->bytes[FSDP_COMM_REDUCE] += w.reduce;
         }
         if (R > 1) out->bytes[FSDP_COMM_REPLICA] += w.replica;

@@ -173,6 +173,9 @@ size_t engine_wire_bytes(fsdp_dtype t, size_t count);
  * under mode m (wire_bytes.c); fsdp_engine_comm_minimum and fsdp plan both count with it. */
 void fsdp_engine_unit_wire(const fsdp_engine_mode *m, const fsdp_shard_options *o, int64_t shard_len,
                            fsdp_unit_wire *w);
+/* hpZ: what the backward's all-gather of a unit whose secondary shard has secondary_len elements sends
+ * inside its group of secondary_size ranks (compute dtype); 0 without a secondary shard. */
+double fsdp_engine_secondary_wire(int secondary_size, fsdp_dtype compute_dtype, int64_t secondary_len);
 
 /* ---- spans of --trace (trace_hooks.c) ---- */
 

@@ -40,6 +40,11 @@ void fsdp_engine_unit_wire(const fsdp_engine_mode *m, const fsdp_shard_options *
     }
 }
 
+double fsdp_engine_secondary_wire(int secondary_size, fsdp_dtype compute_dtype, int64_t secondary_len) {
+    if (secondary_size < 2 || secondary_len <= 0) return 0.0;
+    return (double)(secondary_size - 1) * (double)engine_wire_bytes(compute_dtype, (size_t)secondary_len);
+}
+
 void fsdp_engine_wire_plan(const fsdp_unit_spec *units, int num_units, const fsdp_shard_options *opts, int world,
                            int node_size, fsdp_wire_plan *out) {
     memset(out, 0, sizeof *out);
@@ -59,10 +64,7 @@ void fsdp_engine_wire_plan(const fsdp_unit_spec *units, int num_units, const fsd
     fsdp_plan_secondary(&m, opts, padded, num_units, secondary_len);
     for (int u = 0; u < num_units; u++) {
         fsdp_engine_unit_wire(&m, opts, padded[u] / S, &out->units[u]);
-        /* As comm_bytes.c counts hpZ's gather: N - 1 pieces of the secondary shard, compute dtype. */
-        if (secondary_len[u] > 0)
-            out->units[u].secondary =
-                (double)(m.secondary_size - 1) * (double)engine_wire_bytes(opts->compute_dtype, (size_t)secondary_len[u]);
+        out->units[u].secondary = fsdp_engine_secondary_wire(m.secondary_size, opts->compute_dtype, secondary_len[u]);
     }
     free(padded), free(secondary_len);
 }
