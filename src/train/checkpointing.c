@@ -272,41 +272,54 @@ int fsdp_trainer_load_into(fsdp_trainer *t, const char *path, void *host, fsdp_e
 
 int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err) { return fsdp_trainer_load_into(t, path, NULL, err); }
 
+/* The initial weights, one unit at a time: the host holds one unit's shard (fp32, and its master-dtype
+ * copy) at once, not the model's (two whole copies of the weights, 9.2 GiB for Llama-3.2-1B, were
+ * more than the plan left free on a 24 GB host). */
+static int64_t largest_shard(const fsdp_trainer *t) {
+    int64_t largest = 0;
+    for (int u = 0; u < t->layout.num_units; u++) {
+        int64_t len = fsdp_engine_view(t->eng, u).len;
+        if (len > largest) largest = len;
+    }
+    return largest;
+}
+
 void fsdp_trainer_init_weights(fsdp_trainer *t) {
-    int64_t total = total_shard(t);
-    float *host = fsdp_xcalloc((size_t)total, sizeof(float), "initial weights");
-    int64_t base = 0;
+    const int64_t largest = largest_shard(t);
+    /* A minute or more of set-up for a 7B model on few cores: say what the wait is. */
+    if (t->layout.total_numel >= 100000000)
+        fsdp_log("initial weights: drawing %.2fB parameters (seed %llu) on %d threads\n", t->layout.total_numel / 1e9,
+                 (unsigned long long)t->opt.seed, fsdp_start_up_threads());
+    fsdp_backend *be = t->be;
+    const size_t es = master_size(t);
+    float *host = fsdp_xmalloc((size_t)largest * sizeof(float) + 1, "initial weights");
+    void *staged = es == 4 ? (void *)host : fsdp_xmalloc((size_t)largest * es + 1, "initial weights");
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
         const fsdp_unit_desc *ud = &t->layout.units[u];
+        /* Padding past the last parameter stays zero. */
+        memset(host, 0, (size_t)view.len * sizeof(float));
         for (int k = 0; k < ud->num_params; k++) {
             const fsdp_param_desc *p = &t->layout.params[ud->first_param + k];
             int64_t a = p->offset > view.start ? p->offset : view.start;
             int64_t b = p->offset + p->numel < view.start + view.valid ? p->offset + p->numel : view.start + view.valid;
-            if (b > a) fsdp_param_init_fill(&t->cfg, p, t->opt.seed, a - p->offset, b - a, host + base + (a - view.start));
+            if (b > a) fsdp_param_init_fill(&t->cfg, p, t->opt.seed, a - p->offset, b - a, host + (a - view.start));
         }
-        base += view.len;
+        /* To the master dtype: rounded to bf16 for a bf16 master, on either backend. */
+        const int64_t n = view.len;
+        #pragma omp parallel for schedule(static) num_threads(fsdp_start_up_threads())
+        for (int64_t i = 0; i < n; i++) {
+            if (es == 2)
+                ((uint16_t *)staged)[i] = fsdp_f32_to_bf16(host[i]);
+            else if (t->opt.master_dtype == FSDP_BF16)
+                host[i] = fsdp_round_bf16(host[i]);
+        }
+        be->runtime->copy_h2d(be, view.master, staged, (size_t)n * es, be->compute);
+        /* the buffers are refilled for the next unit */
+        be->runtime->stream_synchronize(be, be->compute);
     }
-    /* To the master dtype: rounded to bf16 for a bf16 master, on either backend. */
-    fsdp_backend *be = t->be;
-    size_t es = master_size(t);
-    void *staged = fsdp_xmalloc((size_t)total * es, "initial weights");
-    #pragma omp parallel for schedule(static) num_threads(fsdp_start_up_threads())
-    for (int64_t i = 0; i < total; i++) {
-        if (es == 2)
-            ((uint16_t *)staged)[i] = fsdp_f32_to_bf16(host[i]);
-        else
-            ((float *)staged)[i] = t->opt.master_dtype == FSDP_BF16 ? fsdp_round_bf16(host[i]) : host[i];
-    }
-    base = 0;
-    for (int u = 0; u < t->layout.num_units; u++) {
-        fsdp_shard_view view = fsdp_engine_view(t->eng, u);
-        be->runtime->copy_h2d(be, view.master, (char *)staged + (size_t)base * es, (size_t)view.len * es, be->compute);
-        base += view.len;
-    }
-    be->runtime->stream_synchronize(be, be->compute);
     fsdp_engine_refresh_working(t->eng);
-    free(staged);
+    if (staged != host) free(staged);
     free(host);
 }
 
