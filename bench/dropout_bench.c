@@ -58,24 +58,24 @@ typedef struct {
 
 static void plain_fwd(const bench_case *k) {
     if (k->layer)
-        fsdp_cuda_layernorm_forward(k->out, k->mean, k->rstd, k->res, k->w, k->b, k->N, k->C, 1e-5f, FSDP_BF16, 0);
+        fsdp_cuda_layernorm_forward(k->out, k->mean, k->rstd, k->res, k->w, k->b, k->N, k->C, 1e-5f, FSDP_BF16, 0, NULL);
     else
-        fsdp_cuda_rmsnorm_forward(k->out, k->rstd, k->res, k->w, k->N, k->C, 1e-5f, FSDP_BF16, 0);
+        fsdp_cuda_rmsnorm_forward(k->out, k->rstd, k->res, k->w, k->N, k->C, 1e-5f, FSDP_BF16, 0, NULL);
 }
 static void fused_fwd(const bench_case *k) {
     if (k->layer)
         fsdp_cuda_layernorm_dropout_forward(k->res_out, k->out, k->mean, k->rstd, k->res, k->x, k->w, k->b, k->N, k->T,
-                                            k->C, 1e-5f, k->drop, FSDP_BF16, 0);
+                                            k->C, 1e-5f, k->drop, FSDP_BF16, 0, NULL);
     else
         fsdp_cuda_rmsnorm_dropout_forward(k->res_out, k->out, k->rstd, k->res, k->x, k->w, k->N, k->T, k->C, 1e-5f,
-                                          k->drop, FSDP_BF16, 0);
+                                          k->drop, FSDP_BF16, 0, NULL);
 }
 static void unfused_fwd(const bench_case *k) {
     fsdp_cuda_residual_dropout_forward(k->res_out, k->res, k->x, k->N, k->T, k->C, k->drop, FSDP_BF16, 0);
     if (k->layer)
-        fsdp_cuda_layernorm_forward(k->out, k->mean, k->rstd, k->res_out, k->w, k->b, k->N, k->C, 1e-5f, FSDP_BF16, 0);
+        fsdp_cuda_layernorm_forward(k->out, k->mean, k->rstd, k->res_out, k->w, k->b, k->N, k->C, 1e-5f, FSDP_BF16, 0, NULL);
     else
-        fsdp_cuda_rmsnorm_forward(k->out, k->rstd, k->res_out, k->w, k->N, k->C, 1e-5f, FSDP_BF16, 0);
+        fsdp_cuda_rmsnorm_forward(k->out, k->rstd, k->res_out, k->w, k->N, k->C, 1e-5f, FSDP_BF16, 0, NULL);
 }
 static void plain_bwd(const bench_case *k) {
     if (k->layer)

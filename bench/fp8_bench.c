@@ -3,7 +3,8 @@
  * Llama-3.2-1B and Llama-2-7B block shapes: q/k/v (one fused product), o, gate/up (fused), down.
  * Per shape and product: forward (matmul_forward / matmul_forward_fp8), the weight gradient alone
  * (matmul_backward with no dinp) and the whole backward (dx and dW); the FP8 figures include every
- * cast (amax passes, casts and transposes), so they are what a training step would pay. Each figure
+ * cast (amax passes, casts and transposes; tensorwise backward casts of x^T and W^T take the amax
+ * the forward saved, as training does), so they are what a training step would pay. Each figure
  * is the median of 20 timed runs (events on the backend's compute stream) after 3 warm-up runs
  * (cuBLASLt's algorithm choice is timed during the first), in ms and TFLOP/s (2 N C OC per product),
  * with the FP8 / bf16 speed ratio. Also the forward's two casts alone (tensorwise), to show what the
@@ -46,17 +47,20 @@ typedef struct {
     int N, C, OC;
     void *x, *w, *y, *dy, *dx, *dw;
     const fsdp_fp8_recipe *r;
+    float *saved_amax; /* tensorwise: the forward's amax, which the backward reads, as in training */
 } bench_case;
 
 static void forward(const bench_case *k) {
     if (k->r)
-        k->be->ops->matmul_forward_fp8(k->be, k->y, k->x, k->w, NULL, NULL, k->N, k->C, k->OC, 0, k->r);
+        k->be->ops->matmul_forward_fp8(k->be, k->y, k->x, k->w, NULL, NULL, k->N, k->C, k->OC, 0, k->r,
+                                       (fsdp_fp8_amax){NULL, NULL, k->saved_amax});
     else
         k->be->ops->matmul_forward(k->be, k->y, k->x, k->w, NULL, NULL, k->N, k->C, k->OC, 0);
 }
 static void backward(const bench_case *k, void *dx) {
     if (k->r)
-        k->be->ops->matmul_backward_fp8(k->be, dx, k->dw, NULL, k->dy, k->x, k->w, k->N, k->C, k->OC, k->r);
+        k->be->ops->matmul_backward_fp8(k->be, dx, k->dw, NULL, k->dy, k->x, k->w, k->N, k->C, k->OC, k->r,
+                                        (fsdp_fp8_amax){NULL, NULL, k->saved_amax});
     else
         k->be->ops->matmul_backward(k->be, dx, k->dw, NULL, k->dy, k->x, k->w, k->N, k->C, k->OC);
 }
@@ -142,7 +146,8 @@ int main(int argc, char **argv) {
            "bf16 ms", "TF/s", "tensor ms", "TF/s", "x", "row ms", "TF/s", "x");
     for (size_t p = 0; p < sizeof PROJECTIONS / sizeof PROJECTIONS[0]; p++) {
         const proj *pr = &PROJECTIONS[p];
-        bench_case k = {be, N, pr->C, pr->OC, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        bench_case k = {be, N, pr->C, pr->OC, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        float *saved = be->runtime->alloc(be, FSDP_FP8_SAVED_AMAX * sizeof(float), "saved amax");
         k.x = drand(be, (size_t)N * pr->C, 1.0f);
         k.w = drand(be, (size_t)pr->OC * pr->C, 0.02f);
         k.dy = drand(be, (size_t)N * pr->OC, 1e-3f);
@@ -153,6 +158,8 @@ int main(int argc, char **argv) {
         float ms[3][3]; /* recipe x {forward, dW, dx + dW} */
         for (int r = 0; r < 3; r++) {
             k.r = recipes[r];
+            /* the forward (timed first) saves what the backward reads */
+            k.saved_amax = recipes[r] == &tw ? saved : NULL;
             for (int what = 0; what < 3; what++) ms[r][what] = median_ms(&k, what);
         }
         static const char *names[4] = {"forward", "dW", "dx", "backward"};
@@ -166,7 +173,7 @@ int main(int argc, char **argv) {
         }
         printf("%-13s %-8s %6d %6d  %-9s %9.3f ms (x and W to e4m3, tensorwise, amax passes included)\n", pr->model,
                pr->layer, pr->C, pr->OC, "casts", casts_ms(&k));
-        void *ptrs[] = {k.x, k.w, k.dy, k.y, k.dx, k.dw};
+        void *ptrs[] = {k.x, k.w, k.dy, k.y, k.dx, k.dw, saved};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) be->runtime->free(be, ptrs[i]);
     }
     printf("(dx = backward - dW; x = bf16 ms / FP8 ms)\n");

@@ -214,15 +214,18 @@ typedef struct fsdp_backend_ops {
     void (*embedding_backward)(fsdp_backend *be, void *dwte, void *dwpe, const void *dout,
                                const int32_t *tokens, int padding_idx, int pos_offset, int N, int T, int C);
 
-    /* out = x / sqrt(mean(x^2) + eps) * weight; rstd[N] saved. */
+    /* out = x / sqrt(mean(x^2) + eps) * weight; rstd[N] saved. out_amax, here and in the other ops
+     * that take one: NULL, or one fp32 of device memory that gets max |out| over the values as stored
+     * (NaN if one is): the amax of the tensorwise FP8 product that reads out, reported by the op
+     * that writes it (src/kernels/ops_cuda.h). */
     void (*rmsnorm_forward)(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *weight,
-                            int N, int C, float eps);
+                            int N, int C, float eps, float *out_amax);
     /* dinp += ..., dweight += ... */
     void (*rmsnorm_backward)(fsdp_backend *be, void *dinp, void *dweight, const void *dout, const void *inp,
                              const void *weight, const float *rstd, int N, int C);
     /* out = (x - mean) * rstd * weight + bias; mean[N], rstd[N] saved. */
     void (*layernorm_forward)(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
-                              const void *weight, const void *bias, int N, int C, float eps);
+                              const void *weight, const void *bias, int N, int C, float eps, float *out_amax);
     /* dinp += ..., dweight += ..., dbias += ... */
     void (*layernorm_backward)(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
                                const void *inp, const void *weight, const float *mean, const float *rstd,
@@ -242,12 +245,16 @@ typedef struct fsdp_backend_ops {
      * grad dtype, dbias from dy unquantized. N, C and OC must be multiples of 16
      * (fsdp_fp8_shape_ok) and the backend must have fp8_products; both are internal errors here, so
      * callers check them where they can refuse in one line. The CPU emulates (codes rounded with the
-     * same scales, products in fp32); CUDA runs cuBLASLt's FP8 kernels. */
+     * same scales, products in fp32); CUDA runs cuBLASLt's FP8 kernels. amax: what the product shares
+     * with the ops around it (fsdp_fp8_amax: the amax of inp or dout that their producer reported,
+     * and the forward's saved for the backward), each pass over memory it spares giving the same
+     * scales and codes as measuring would. */
     void (*matmul_forward_fp8)(fsdp_backend *be, void *out, const void *inp, const void *weight, const void *bias,
-                               const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *recipe);
+                               const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *recipe,
+                               fsdp_fp8_amax amax);
     void (*matmul_backward_fp8)(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
                                 const void *inp, const void *weight, int N, int C, int OC,
-                                const fsdp_fp8_recipe *recipe);
+                                const fsdp_fp8_recipe *recipe, fsdp_fp8_amax amax);
     /* d *= (out > 0), in place: the backward of a relu whose output is `out`. */
     void (*relu_backward)(fsdp_backend *be, void *d, const void *out, size_t n);
 
@@ -315,10 +322,10 @@ typedef struct fsdp_backend_ops {
      * norm; after an MLP, the next layer's input norm or the final norm. */
     void (*rmsnorm_dropout_forward)(fsdp_backend *be, void *res_out, void *out, float *rstd, const void *residual,
                                     const void *x, const void *weight, int N, int T, int C, float eps,
-                                    const fsdp_dropout *drop);
+                                    const fsdp_dropout *drop, float *out_amax);
     void (*layernorm_dropout_forward)(fsdp_backend *be, void *res_out, void *out, float *mean, float *rstd,
                                       const void *residual, const void *x, const void *weight, const void *bias,
-                                      int N, int T, int C, float eps, const fsdp_dropout *drop);
+                                      int N, int T, int C, float eps, const fsdp_dropout *drop, float *out_amax);
     /* The norm's backward (dinp +=, dweight +=, dbias += as rmsnorm_backward / layernorm_backward)
      * fused with the dropout backward of the residual branch that fed the norm's input: after
      * dinp is complete (it is the residual-stream gradient), dx = keep . dinp / (1 - p) is written
@@ -332,9 +339,10 @@ typedef struct fsdp_backend_ops {
                                        const float *rstd, int N, int T, int C, const fsdp_dropout *drop);
 
     /* gateup[N, 2F] = [gate | up] per row; out[N,F] = silu(gate) * up. */
-    void (*swiglu_forward)(fsdp_backend *be, void *out, const void *gateup, int N, int F);
-    /* dgateup[N,2F] overwritten. */
-    void (*swiglu_backward)(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N, int F);
+    void (*swiglu_forward)(fsdp_backend *be, void *out, const void *gateup, int N, int F, float *out_amax);
+    /* dgateup[N,2F] overwritten (its amax into dgateup_amax, as out_amax). */
+    void (*swiglu_backward)(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N, int F,
+                            float *dgateup_amax);
 
     /* Softmax cross-entropy over logits[n,V] against targets[n] (targets < 0 are ignored: loss 0,
      * gradient 0). losses[n] (fp32) overwritten; logits replaced IN PLACE by

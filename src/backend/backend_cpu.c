@@ -568,11 +568,17 @@ static void cpu_embedding_backward_op(fsdp_backend *be, void *dwte, void *dwpe, 
     }
 }
 
+/* An op's report of its output's amax (out_amax of backend.h), over the values as stored. */
+static void report_amax(float *amax, const void *out, int N, int C) {
+    if (amax) cpu_fp8_amax(amax, out, N, C, 0, 0);
+}
+
 static void cpu_rmsnorm_forward_op(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *w, int N,
-                                   int C, float eps) {
+                                   int C, float eps, float *out_amax) {
     progress(be);
     cpu_rmsnorm_forward(out, rstd, inp, w, N, C, eps);
     round_if(ACT(be), out, (size_t)N * C);
+    report_amax(out_amax, out, N, C);
 }
 
 static void cpu_rmsnorm_backward_op(fsdp_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
@@ -584,10 +590,11 @@ static void cpu_rmsnorm_backward_op(fsdp_backend *be, void *dinp, void *dw, cons
 }
 
 static void cpu_layernorm_forward_op(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
-                                     const void *w, const void *b, int N, int C, float eps) {
+                                     const void *w, const void *b, int N, int C, float eps, float *out_amax) {
     progress(be);
     cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
     round_if(ACT(be), out, (size_t)N * C);
+    report_amax(out_amax, out, N, C);
 }
 
 static void cpu_layernorm_backward_op(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
@@ -624,19 +631,20 @@ static void check_fp8_shape(const char *op, int N, int C, int OC) {
 }
 
 static void cpu_matmul_forward_fp8_op(fsdp_backend *be, void *out, const void *inp, const void *w, const void *bias,
-                                      const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r) {
+                                      const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r,
+                                      fsdp_fp8_amax amax) {
     progress(be);
     check_fp8_shape("matmul_forward_fp8", N, C, OC);
-    cpu_fp8_matmul_forward(out, inp, w, bias, residual, N, C, OC, relu, r);
+    cpu_fp8_matmul_forward(out, inp, w, bias, residual, N, C, OC, relu, r, amax);
     round_if(ACT(be), out, (size_t)N * OC);
 }
 
 static void cpu_matmul_backward_fp8_op(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
                                        const void *inp, const void *w, int N, int C, int OC,
-                                       const fsdp_fp8_recipe *r) {
+                                       const fsdp_fp8_recipe *r, fsdp_fp8_amax amax) {
     progress(be);
     check_fp8_shape("matmul_backward_fp8", N, C, OC);
-    cpu_fp8_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, r);
+    cpu_fp8_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, r, amax);
     if (dinp) round_if(ACT(be), dinp, (size_t)N * C);
     round_if(GRAD(be), dw, (size_t)OC * C);
     if (db) round_if(GRAD(be), db, (size_t)OC);
@@ -727,16 +735,16 @@ static void cpu_dropout_backward_op(fsdp_backend *be, void *dx, const void *dout
 
 static void cpu_rmsnorm_dropout_forward_op(fsdp_backend *be, void *res_out, void *out, float *rstd,
                                            const void *residual, const void *x, const void *w, int N, int T, int C,
-                                           float eps, const fsdp_dropout *drop) {
+                                           float eps, const fsdp_dropout *drop, float *out_amax) {
     cpu_residual_dropout_forward_op(be, res_out, residual, x, N, T, C, drop);
-    cpu_rmsnorm_forward_op(be, out, rstd, res_out, w, N, C, eps);
+    cpu_rmsnorm_forward_op(be, out, rstd, res_out, w, N, C, eps, out_amax);
 }
 
 static void cpu_layernorm_dropout_forward_op(fsdp_backend *be, void *res_out, void *out, float *mean, float *rstd,
                                              const void *residual, const void *x, const void *w, const void *b, int N,
-                                             int T, int C, float eps, const fsdp_dropout *drop) {
+                                             int T, int C, float eps, const fsdp_dropout *drop, float *out_amax) {
     cpu_residual_dropout_forward_op(be, res_out, residual, x, N, T, C, drop);
-    cpu_layernorm_forward_op(be, out, mean, rstd, res_out, w, b, N, C, eps);
+    cpu_layernorm_forward_op(be, out, mean, rstd, res_out, w, b, N, C, eps, out_amax);
 }
 
 static void cpu_rmsnorm_dropout_backward_op(fsdp_backend *be, void *dinp, void *dx, void *dw, const void *dout,
@@ -753,17 +761,19 @@ static void cpu_layernorm_dropout_backward_op(fsdp_backend *be, void *dinp, void
     cpu_dropout_backward_op(be, dx, dinp, N, T, C, drop);
 }
 
-static void cpu_swiglu_forward_op(fsdp_backend *be, void *out, const void *gateup, int N, int F) {
+static void cpu_swiglu_forward_op(fsdp_backend *be, void *out, const void *gateup, int N, int F, float *out_amax) {
     progress(be);
     cpu_swiglu_forward(out, gateup, N, F);
     round_if(ACT(be), out, (size_t)N * F);
+    report_amax(out_amax, out, N, F);
 }
 
 static void cpu_swiglu_backward_op(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N,
-                                   int F) {
+                                   int F, float *dgateup_amax) {
     progress(be);
     cpu_swiglu_backward(dgateup, dout, gateup, N, F);
     round_if(ACT(be), dgateup, (size_t)N * 2 * F);
+    report_amax(dgateup_amax, dgateup, N, 2 * F);
 }
 
 static void cpu_cross_entropy_op(fsdp_backend *be, float *losses, void *logits, const int32_t *targets, int n, int V,

@@ -84,8 +84,8 @@ static void cuda_embedding_backward(fsdp_backend *be, void *dwte, void *dwpe, co
 }
 
 static void cuda_rmsnorm_forward(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *w, int N, int C,
-                                 float eps) {
-    fsdp_cuda_rmsnorm_forward(out, rstd, inp, w, N, C, eps, be->act_dtype, compute_stream(be));
+                                 float eps, float *out_amax) {
+    fsdp_cuda_rmsnorm_forward(out, rstd, inp, w, N, C, eps, be->act_dtype, compute_stream(be), out_amax);
 }
 
 static void cuda_rmsnorm_backward(fsdp_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
@@ -96,8 +96,8 @@ static void cuda_rmsnorm_backward(fsdp_backend *be, void *dinp, void *dw, const 
 }
 
 static void cuda_layernorm_forward(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
-                                   const void *w, const void *b, int N, int C, float eps) {
-    fsdp_cuda_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, be->act_dtype, compute_stream(be));
+                                   const void *w, const void *b, int N, int C, float eps, float *out_amax) {
+    fsdp_cuda_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, be->act_dtype, compute_stream(be), out_amax);
 }
 
 static void cuda_layernorm_backward(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
@@ -146,12 +146,13 @@ static void cuda_rope_backward(fsdp_backend *be, void *dqkv, const float *cs, in
     fsdp_cuda_rope_backward(dqkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be));
 }
 
-static void cuda_swiglu_forward(fsdp_backend *be, void *out, const void *gateup, int N, int F) {
-    fsdp_cuda_swiglu_forward(out, gateup, N, F, be->act_dtype, compute_stream(be));
+static void cuda_swiglu_forward(fsdp_backend *be, void *out, const void *gateup, int N, int F, float *out_amax) {
+    fsdp_cuda_swiglu_forward(out, gateup, N, F, be->act_dtype, compute_stream(be), out_amax);
 }
 
-static void cuda_swiglu_backward(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N, int F) {
-    fsdp_cuda_swiglu_backward(dgateup, dout, gateup, N, F, be->act_dtype, compute_stream(be));
+static void cuda_swiglu_backward(fsdp_backend *be, void *dgateup, const void *dout, const void *gateup, int N, int F,
+                                 float *dgateup_amax) {
+    fsdp_cuda_swiglu_backward(dgateup, dout, gateup, N, F, be->act_dtype, compute_stream(be), dgateup_amax);
 }
 
 static void cuda_cross_entropy(fsdp_backend *be, float *losses, void *logits, const int32_t *targets, int n, int V,
@@ -173,16 +174,16 @@ static void cuda_dropout_backward(fsdp_backend *be, void *dx, const void *dout, 
 
 static void cuda_rmsnorm_dropout_forward(fsdp_backend *be, void *res_out, void *out, float *rstd, const void *residual,
                                          const void *x, const void *w, int N, int T, int C, float eps,
-                                         const fsdp_dropout *drop) {
+                                         const fsdp_dropout *drop, float *out_amax) {
     fsdp_cuda_rmsnorm_dropout_forward(res_out, out, rstd, residual, x, w, N, T, C, eps, drop, be->act_dtype,
-                                      compute_stream(be));
+                                      compute_stream(be), out_amax);
 }
 
 static void cuda_layernorm_dropout_forward(fsdp_backend *be, void *res_out, void *out, float *mean, float *rstd,
                                            const void *residual, const void *x, const void *w, const void *b, int N,
-                                           int T, int C, float eps, const fsdp_dropout *drop) {
+                                           int T, int C, float eps, const fsdp_dropout *drop, float *out_amax) {
     fsdp_cuda_layernorm_dropout_forward(res_out, out, mean, rstd, residual, x, w, b, N, T, C, eps, drop,
-                                        be->act_dtype, compute_stream(be));
+                                        be->act_dtype, compute_stream(be), out_amax);
 }
 
 static void cuda_rmsnorm_dropout_backward(fsdp_backend *be, void *dinp, void *dx, void *dw, const void *dout,

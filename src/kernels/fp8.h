@@ -51,12 +51,29 @@ extern "C" {
 #define FSDP_FP8_EPS 1e-12
 /* cuBLASLt's FP8 kernels want every dimension a multiple of 16 (torch._scaled_mm asks the same). */
 #define FSDP_FP8_DIM_MULTIPLE 16
+/* A product's saved amax: [0] the input's, [1] the weight's. */
+#define FSDP_FP8_SAVED_AMAX 2
 
 typedef enum {
     FSDP_FP8_NONE = 0,       /* bf16 products */
     FSDP_FP8_TENSORWISE = 1, /* one scale per operand */
     FSDP_FP8_ROWWISE = 2     /* one scale per row of each operand along the reduction dimension */
 } fsdp_fp8_granularity;
+
+/* The amax a tensorwise FP8 product of a linear layer shares with the kernels around it, so that
+ * no pass over memory measures a tensor whose amax is known; rowwise products ignore it (their
+ * scales are per row). Each pointer is NULL or fp32 in the backend's memory:
+ *   inp:   max |inp|, reported by the kernel that wrote inp (a norm, SwiGLU);
+ *   dout:  max |dout|, reported by the kernel that wrote dout (SwiGLU's backward);
+ *   saved: FSDP_FP8_SAVED_AMAX floats that the forward fills with the amax of inp and of the weight
+ *          and the backward of the same two tensors reads for x^T and W^T (a tensor's amax is its
+ *          transpose's). inp may point at saved[0]. */
+typedef struct {
+    const float *inp, *dout;
+    float *saved;
+} fsdp_fp8_amax;
+/* Nothing shared: every amax measured where it is needed. */
+#define FSDP_FP8_AMAX_NONE ((fsdp_fp8_amax){NULL, NULL, NULL})
 
 /* How the three products of a layer are computed. */
 typedef struct {
@@ -157,11 +174,14 @@ void cpu_fp8_product(float *out, const uint8_t *a, fsdp_dtype a_t, const float *
                      const float *bias, float beta, int relu);
 
 /* The layer's products as the backend ops do them (backend.h's matmul_forward_fp8 and
- * matmul_backward_fp8, before the CPU backend's bf16 rounding of outputs): casts, then products. */
+ * matmul_backward_fp8, before the CPU backend's bf16 rounding of outputs): casts, then products.
+ * amax: as the backend ops take it (fsdp_fp8_amax), in host memory. */
 void cpu_fp8_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                            const float *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r);
+                            const float *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r,
+                            fsdp_fp8_amax amax);
 void cpu_fp8_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                             const float *weight, int N, int C, int OC, const fsdp_fp8_recipe *r);
+                             const float *weight, int N, int C, int OC, const fsdp_fp8_recipe *r,
+                             fsdp_fp8_amax amax);
 
 #ifdef __cplusplus
 }

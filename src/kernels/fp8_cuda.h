@@ -30,10 +30,12 @@ void fsdp_cuda_fp8_cast(uint8_t *codes, float *scale, float *inv_scale, float *a
  * what fsdp_cuda_fp8_cast writes without transpose (codes, scale, inv_scale, amax: per row of src, or
  * one) and with it (codes_t [Cc, R], scale_t, inv_scale_t, amax_t: per column of src, or one). One
  * amax pass (rows and columns together when rowwise), then one pass through shared-memory tiles
- * that writes both layouts. */
+ * that writes both layouts. amax_in (tensorwise only; NULL: measured): src's amax as its producer
+ * reported it, copied to amax and amax_t, and no amax pass. */
 void fsdp_cuda_fp8_cast_both(uint8_t *codes, float *scale, float *inv_scale, float *amax, uint8_t *codes_t,
                              float *scale_t, float *inv_scale_t, float *amax_t, const void *src, fsdp_dtype src_t,
-                             int R, int Cc, int rowwise, fsdp_dtype t, int pow2, cudaStream_t s);
+                             int R, int Cc, int rowwise, fsdp_dtype t, int pow2, const float *amax_in,
+                             cudaStream_t s);
 
 /* out[R, Cn] (row-major, out_t) = (inv_a[r] * inv_b[c]) * acc[r, c] (+ bias[c], out_t) (+ addend[r, c],
  * out_t; may alias out) then relu; inv_a has R values when a_rowwise, else 1 (likewise inv_b, Cn). */

@@ -9,7 +9,12 @@
  * that the same inputs give bitwise the same outputs on every run.
  *
  * A failed launch is fatal: the launcher names the kernel (fsdp_fatal). Launchers never
- * synchronise. */
+ * synchronise.
+ *
+ * out_amax (the norms' and SwiGLU's forward, SwiGLU's backward): NULL, or one fp32 of device memory
+ * that gets max |out| over the values as stored (bf16-rounded when act is bf16; NaN if any is NaN):
+ * the amax a tensorwise FP8 product of out needs (src/kernels/fp8.h), reported by the kernel that
+ * writes out, so that no pass over memory measures it again. */
 #ifndef FSDP_KERNELS_OPS_CUDA_H
 #define FSDP_KERNELS_OPS_CUDA_H
 
@@ -41,12 +46,13 @@ void fsdp_cuda_add_rows(float *dst, int64_t window_start, int64_t window_len, co
 
 /* ---- norms ---- */
 void fsdp_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps,
-                               fsdp_dtype act, cudaStream_t s);
+                               fsdp_dtype act, cudaStream_t s, float *out_amax);
 void fsdp_cuda_rmsnorm_backward(void *dinp, void *dweight, const void *dout, const void *inp, const void *weight,
                                 const float *rstd, int N, int C, fsdp_dtype act, fsdp_dtype grad, float *scratch,
                                 cudaStream_t s);
 void fsdp_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight,
-                                 const void *bias, int N, int C, float eps, fsdp_dtype act, cudaStream_t s);
+                                 const void *bias, int N, int C, float eps, fsdp_dtype act, cudaStream_t s,
+                                 float *out_amax);
 void fsdp_cuda_layernorm_backward(void *dinp, void *dweight, void *dbias, const void *dout, const void *inp,
                                   const void *weight, const float *mean, const float *rstd, int N, int C,
                                   fsdp_dtype act, fsdp_dtype grad, float *scratch, cudaStream_t s);
@@ -61,9 +67,10 @@ void fsdp_cuda_rope_forward(void *qkv, const float *cos_sin, int B, int T, int H
                             cudaStream_t s);
 void fsdp_cuda_rope_backward(void *dqkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D, fsdp_dtype act,
                              cudaStream_t s);
-void fsdp_cuda_swiglu_forward(void *out, const void *gateup, int N, int F, fsdp_dtype act, cudaStream_t s);
+void fsdp_cuda_swiglu_forward(void *out, const void *gateup, int N, int F, fsdp_dtype act, cudaStream_t s,
+                              float *out_amax);
 void fsdp_cuda_swiglu_backward(void *dgateup, const void *dout, const void *gateup, int N, int F, fsdp_dtype act,
-                               cudaStream_t s);
+                               cudaStream_t s, float *dgateup_amax);
 
 /* ---- loss: logits[n, V] (act) replaced in place by grad_scale * dloss/dlogits; losses[n] fp32 ---- */
 void fsdp_cuda_cross_entropy(float *losses, void *logits, const int32_t *targets, int n, int V, float grad_scale,
@@ -105,10 +112,11 @@ void fsdp_cuda_dropout_backward(void *dx, const void *dout, int N, int T, int C,
  * dx = keep . dinp / (1 - p). */
 void fsdp_cuda_rmsnorm_dropout_forward(void *res_out, void *out, float *rstd, const void *residual, const void *x,
                                        const void *weight, int N, int T, int C, float eps, const fsdp_dropout *drop,
-                                       fsdp_dtype act, cudaStream_t s);
+                                       fsdp_dtype act, cudaStream_t s, float *out_amax);
 void fsdp_cuda_layernorm_dropout_forward(void *res_out, void *out, float *mean, float *rstd, const void *residual,
                                          const void *x, const void *weight, const void *bias, int N, int T, int C,
-                                         float eps, const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s);
+                                         float eps, const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s,
+                                         float *out_amax);
 void fsdp_cuda_rmsnorm_dropout_backward(void *dinp, void *dx, void *dweight, const void *dout, const void *inp,
                                         const void *weight, const float *rstd, int N, int T, int C,
                                         const fsdp_dropout *drop, fsdp_dtype act, fsdp_dtype grad, float *scratch,

@@ -34,6 +34,7 @@ fsdp_model_dims fsdp_model_make_dims(const fsdp_model_config *cfg, const fsdp_mo
     d.attn = s->attn;
     d.recompute = s->recompute;
     d.residual_dropout = s->dropout.hidden > 0.0f;
+    d.fp8_amax = s->fp8 == FSDP_FP8_TENSORWISE;
     d.ae = ae;
     int chunk = s->head_chunk_rows;
     if (chunk <= 0) {
@@ -79,6 +80,8 @@ static void carve_layer(carver *c, const fsdp_model_dims *d, layer_acts *a, int 
     PART(all, ln2_rstd, N * sizeof(float));
     PART(products, fc, N * fc_cols * ae);
     if (d->swiglu) PART(all, fc_act, N * d->F * ae);
+    /* A recomputed forward writes the same amax again. */
+    if (d->fp8_amax) PART(1, fp8_amax, FSDP_BLOCK_PRODUCTS * FSDP_BLOCK_AMAX * sizeof(float));
 #undef PART
 }
 

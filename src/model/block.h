@@ -32,6 +32,15 @@ typedef struct {
     fsdp_fp8_recipe fp8;
 } fsdp_block_ctx;
 
+/* The block's four products, in the order of a layer's saved FP8 amax. */
+typedef enum {
+    FSDP_PRODUCT_QKV,
+    FSDP_PRODUCT_O,
+    FSDP_PRODUCT_MLP_IN,
+    FSDP_PRODUCT_MLP_OUT,
+    FSDP_BLOCK_PRODUCTS
+} fsdp_block_product;
+
 /* The tensors of one block's forward (and, in training, what its backward reads). res_mid may be
  * res_in (in-place residual adds); qkv_in and qk_rstd exist with qk_norm only (q|k|v before the
  * norm, and the heads' rstd [N, Hq+Hkv]); mean pointers with LayerNorm only; probs with eager. */
@@ -49,7 +58,33 @@ typedef struct {
     void *ln2;
     float *ln2_mean, *ln2_rstd;
     void *fc, *fc_act;
+    /* Training with tensorwise FP8: FSDP_BLOCK_PRODUCTS x FSDP_BLOCK_AMAX floats (fsdp_block_amax);
+     * else NULL. */
+    float *fp8_amax;
 } fsdp_block_acts;
+
+/* Per product with tensorwise FP8: the amax of its input and weight that its forward saves for its
+ * backward (fsdp_fp8_amax.saved, the input's reported by the norm or SwiGLU that wrote it), then its
+ * output gradient's as SwiGLU's backward reports it. */
+#define FSDP_BLOCK_AMAX (FSDP_FP8_SAVED_AMAX + 1)
+
+/* Where the producer of product p's input reports its amax (NULL: nowhere). */
+static inline float *fsdp_block_input_amax(const fsdp_block_acts *a, fsdp_block_product p) {
+    return a->fp8_amax ? a->fp8_amax + (size_t)p * FSDP_BLOCK_AMAX : NULL;
+}
+/* Where the producer of product p's output gradient reports its amax (NULL: nowhere). */
+static inline float *fsdp_block_grad_amax(const fsdp_block_acts *a, fsdp_block_product p) {
+    return a->fp8_amax ? a->fp8_amax + (size_t)p * FSDP_BLOCK_AMAX + FSDP_FP8_SAVED_AMAX : NULL;
+}
+/* What product p shares with its neighbours: input_reported / grad_reported say whether the kernel
+ * that wrote its input / its output gradient reported the amax. */
+static inline fsdp_fp8_amax fsdp_block_amax(const fsdp_block_acts *a, fsdp_block_product p, int input_reported,
+                                            int grad_reported) {
+    fsdp_fp8_amax r = {NULL, NULL, fsdp_block_input_amax(a, p)};
+    if (input_reported) r.inp = r.saved;
+    if (grad_reported) r.dout = fsdp_block_grad_amax(a, p);
+    return r;
+}
 
 /* Where the attention's keys come from: the block's own B x T rows (k_cache NULL: training, or a
  * prompt's prefill through the training attention), or a KV cache that the new rows are appended
@@ -65,21 +100,21 @@ fsdp_block_ctx fsdp_block_ctx_make(fsdp_backend *be, const fsdp_model_config *cf
 
 /* A projection of the block, out[N, OC] = inp[N, C] W^T (+ b) (+ residual) (relu), and its backward
  * (matmul_forward / matmul_backward's contracts): the one place that picks the bf16 or the FP8
- * product, by k->fp8. */
+ * product, by k->fp8. amax: fsdp_block_amax of the product (FP8 only). */
 void fsdp_block_linear(const fsdp_block_ctx *k, void *out, const void *inp, const void *w, const void *b,
-                       const void *residual, int C, int OC, int relu);
+                       const void *residual, int C, int OC, int relu, fsdp_fp8_amax amax);
 void fsdp_block_linear_backward(const fsdp_block_ctx *k, void *dinp, void *dw, void *db, const void *dout,
-                                const void *inp, const void *w, int C, int OC);
+                                const void *inp, const void *w, int C, int OC, fsdp_fp8_amax amax);
 
-/* The block's norm (RMSNorm or LayerNorm) of ctx->N rows. */
+/* The block's norm (RMSNorm or LayerNorm) of ctx->N rows; out_amax as backend.h's (NULL: none). */
 void fsdp_block_norm(const fsdp_block_ctx *k, void *out, float *mean, float *rstd, const void *inp, const void *w,
-                     const void *b);
+                     const void *b, float *out_amax);
 void fsdp_block_norm_backward(const fsdp_block_ctx *k, void *dinp, void *dw, void *db, const void *dout,
                               const void *inp, const void *w, const float *mean, const float *rstd);
 /* res_out = residual + dropped x, then its norm (the fused backend ops), and the backward. */
 void fsdp_block_norm_dropout(const fsdp_block_ctx *k, void *res_out, void *out, float *mean, float *rstd,
                              const void *residual, const void *x, const void *w, const void *b,
-                             const fsdp_dropout *drop);
+                             const fsdp_dropout *drop, float *out_amax);
 void fsdp_block_norm_dropout_backward(const fsdp_block_ctx *k, void *dinp, void *dx, void *dw, void *db,
                                       const void *dout, const void *inp, const void *w, const float *mean,
                                       const float *rstd, const fsdp_dropout *drop);

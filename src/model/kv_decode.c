@@ -184,7 +184,7 @@ int fsdp_kv_decoder_forward(fsdp_kv_decoder *d, const void *const *units, const 
                                                     : fsdp_unit_param(l, hu, FSDP_MOD_LM_HEAD, 0, head, d->ae);
     d->blk.N = rows;
     fsdp_block_norm(&d->blk, d->ln, d->mean, d->rstd, (const char *)d->x + (size_t)first * d->C * d->ae, normw,
-                    normb);
+                    normb, NULL);
     be->ops->matmul_forward(be, d->logits, d->ln, w_head, NULL, NULL, rows, d->C, d->V, 0);
     size_t count = (size_t)rows * d->V;
     if ((void *)d->logits32 != d->logits)

@@ -112,9 +112,10 @@ static block_ptrs block_view(const fsdp_model *m, int layer, const void *base, s
     return fsdp_block_view(m->layout, m->swiglu, layer, base, esize);
 }
 
+/* out_amax: where a tensorwise FP8 product of out wants its amax (fsdp_block_input_amax; NULL: none). */
 static void norm_forward(fsdp_model *m, void *out, float *mean, float *rstd, const void *inp, const void *w,
-                         const void *b) {
-    fsdp_block_norm(&m->blk, out, mean, rstd, inp, w, b);
+                         const void *b, float *out_amax) {
+    fsdp_block_norm(&m->blk, out, mean, rstd, inp, w, b, out_amax);
 }
 
 static void norm_backward(fsdp_model *m, void *dinp, void *dw, void *db, const void *dout, const void *inp,
@@ -125,8 +126,8 @@ static void norm_backward(fsdp_model *m, void *dinp, void *dw, void *db, const v
 /* res_out = residual + dropped x, then the norm of res_out (the fused backend ops). */
 static void norm_dropout_forward(fsdp_model *m, void *res_out, void *out, float *mean, float *rstd,
                                  const void *residual, const void *x, const void *w, const void *b,
-                                 const fsdp_dropout *drop) {
-    fsdp_block_norm_dropout(&m->blk, res_out, out, mean, rstd, residual, x, w, b, drop);
+                                 const fsdp_dropout *drop, float *out_amax) {
+    fsdp_block_norm_dropout(&m->blk, res_out, out, mean, rstd, residual, x, w, b, drop, out_amax);
 }
 
 /* The norm's backward (dinp +=) and then dx = the dropped dinp: the gradient of the branch. */
@@ -183,12 +184,15 @@ void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
     }
     if (layer > 0) /* completes the previous layer's output: its MLP branch, dropped */
         norm_dropout_forward(m, a->res_in, a->ln1, a->ln1_mean, a->ln1_rstd, m->layers[layer - 1].res_mid, m->branch,
-                             w.ln1w, w.ln1b, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));
+                             w.ln1w, w.ln1b, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT),
+                             fsdp_block_input_amax(a, FSDP_PRODUCT_QKV));
     else
-        norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w.ln1w, w.ln1b);
+        norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w.ln1w, w.ln1b,
+                     fsdp_block_input_amax(a, FSDP_PRODUCT_QKV));
     layer_body(m, layer, a, &w);
     /* The next layer's input norm (or the final norm) adds the MLP output to res_mid. */
-    fsdp_block_linear(&m->blk, m->branch, a->fc_act, w.w2, w.b2, NULL, m->F, m->C, 0);
+    fsdp_block_linear(&m->blk, m->branch, a->fc_act, w.w2, w.b2, NULL, m->F, m->C, 0,
+                      fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, m->swiglu, 0));
 }
 
 /* ---- recomputation: what block_backward reads of a layer that the layer did not keep ---- */
@@ -198,7 +202,9 @@ void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
  * plain norm does, so the plain norm of the kept residual recomputes their output. */
 static void recompute_layer(fsdp_model *m, int layer, layer_acts *a, const block_ptrs *w) {
     fsdp_backend *be = m->be;
-    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1w, w->ln1b);
+    /* the amax the forward reported: equal values, reported again */
+    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res_in, w->ln1w, w->ln1b,
+                 fsdp_block_input_amax(a, FSDP_PRODUCT_QKV));
     if (m->recompute == FSDP_RECOMPUTE_FULL) {
         layer_body(m, layer, a, w);
         return;
@@ -212,8 +218,9 @@ static void recompute_layer(fsdp_model *m, int layer, layer_acts *a, const block
                                    m->blk.kind.window,
                                    dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
     }
-    norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
-    if (m->swiglu) be->ops->swiglu_forward(be, a->fc_act, a->fc, m->N, m->F);
+    norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b,
+                 fsdp_block_input_amax(a, FSDP_PRODUCT_MLP_IN));
+    if (m->swiglu) be->ops->swiglu_forward(be, a->fc_act, a->fc, m->N, m->F, fsdp_block_input_amax(a, FSDP_PRODUCT_MLP_OUT));
 }
 
 /* ---- head: final norm, chunked LM head + cross-entropy, and their backward ---- */
@@ -244,9 +251,9 @@ static void head_pass(fsdp_model *m, const void *head_params, void *head_grads, 
         residual_dropping(m) ? dropout_at(m, &d_mlp, m->rates.hidden, L - 1, FSDP_DROPOUT_MLP_OUT) : NULL;
     if (drop) /* completes the last layer's output: its MLP branch, dropped */
         norm_dropout_forward(m, m->res_out, m->lnf, m->lnf_mean, m->lnf_rstd, m->layers[L - 1].res_mid, m->branch,
-                             normw, normb, drop);
+                             normw, normb, drop, NULL);
     else
-        norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, normw, normb);
+        norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, normw, normb, NULL);
     for (int r0 = 0; r0 < m->N; r0 += m->chunk_rows) {
         int rows = m->N - r0 < m->chunk_rows ? m->N - r0 : m->chunk_rows;
         const char *h = (const char *)m->lnf + (size_t)r0 * m->C * m->ae;
@@ -295,13 +302,17 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
 
     /* MLP: dres is d(layer output); the residual path passes it through unchanged. */
     if (m->swiglu) {
-        fsdp_block_linear_backward(&m->blk, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C);
-        be->ops->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F);
-        fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, 2 * m->F);
+        fsdp_block_linear_backward(&m->blk, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C,
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 1, 0));
+        be->ops->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F, fsdp_block_grad_amax(a, FSDP_PRODUCT_MLP_IN));
+        fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, 2 * m->F,
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 1));
     } else {
-        fsdp_block_linear_backward(&m->blk, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C);
+        fsdp_block_linear_backward(&m->blk, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C,
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 0, 0));
         be->ops->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
-        fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, m->F);
+        fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, m->F,
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 0));
     }
     if (dropping)
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean,
@@ -310,7 +321,8 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
         norm_backward(m, m->dres, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean, a->ln2_rstd);
 
     /* Attention: dres is now d(res_mid). */
-    fsdp_block_linear_backward(&m->blk, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, m->Q, C);
+    fsdp_block_linear_backward(&m->blk, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, m->Q, C,
+                               fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 0));
     be->ops->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
                                 m->Hkv, m->D, m->blk.kind.window,
                                 dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
@@ -318,7 +330,8 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
     if (m->blk.kind.qk_norm) /* through the per-head norms, in place: dqkv becomes d(q|k|v before them) */
         be->ops->qk_norm_backward(be, m->dqkv, g.qnorm, g.knorm, m->dqkv, a->qkv_in, w.qnorm, w.knorm, a->qk_rstd, N,
                                   m->Hq, m->Hkv, m->D);
-    fsdp_block_linear_backward(&m->blk, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, C, m->QKV);
+    fsdp_block_linear_backward(&m->blk, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, C, m->QKV,
+                               fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, 0));
     if (dropping && layer > 0) /* the previous layer's MLP output gets its dropped share */
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean,
                               a->ln1_rstd, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));

@@ -52,6 +52,7 @@ struct fsdp_model {
 typedef struct {
     int B, T, N, C, F, Hq, Hkv, D, QKV, Q, V, L, chunk, rms, swiglu, qk_norm;
     int residual_dropout; /* branch buffers exist */
+    int fp8_amax;         /* tensorwise FP8: each layer keeps its products' amax (block.h) */
     fsdp_attn attn;
     fsdp_recompute recompute;
     size_t ae;

@@ -264,8 +264,8 @@ static void test_products(const fsdp_fp8_recipe *rc, const char *name) {
     float *y = xmalloc((size_t)N * OC * 4), *dx = xmalloc((size_t)N * C * 4), *dw = rand_matrix(OC, C, 1e-4f);
     float *dw0 = xmalloc((size_t)OC * C * 4);
     memcpy(dw0, dw, (size_t)OC * C * 4);
-    cpu_fp8_matmul_forward(y, x, w, NULL, NULL, N, C, OC, 0, rc);
-    cpu_fp8_matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC, rc);
+    cpu_fp8_matmul_forward(y, x, w, NULL, NULL, N, C, OC, 0, rc, FSDP_FP8_AMAX_NONE);
+    cpu_fp8_matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC, rc, FSDP_FP8_AMAX_NONE);
     double r1 = product_bound_ratio(y, NULL, x, FSDP_E4M3, w, FSDP_E4M3, N, OC, C, rw, rc->pow2_scales);
     float *wt = transpose_of(w, OC, C), *dyt = transpose_of(dy, N, OC), *xt = transpose_of(x, N, C);
     double r2 = product_bound_ratio(dx, NULL, dy, rc->grad_t, wt, FSDP_E4M3, N, C, OC, rw, rc->pow2_scales);
@@ -288,7 +288,7 @@ static void test_rowwise_precision(void) {
     for (int g = 1; g <= 2; g++) {
         fsdp_fp8_recipe rc = fsdp_fp8_recipe_of((fsdp_fp8_granularity)g);
         float *y = xmalloc((size_t)N * OC * 4);
-        cpu_fp8_matmul_forward(y, x, w, NULL, NULL, N, C, OC, 0, &rc);
+        cpu_fp8_matmul_forward(y, x, w, NULL, NULL, N, C, OC, 0, &rc, FSDP_FP8_AMAX_NONE);
         double worst = 0.0; /* the worst row's relative error */
         for (int n = 0; n < N; n++) {
             double num = 0, den = 0;
@@ -308,35 +308,140 @@ static void test_rowwise_precision(void) {
     free(x), free(w);
 }
 
-/* The CPU backend's ops: the reference products, outputs rounded to bf16, bias and residual. */
+/* The CPU backend's ops: the reference products, outputs rounded to bf16, bias and residual. With a
+ * saved amax (tensorwise) the forward records max |x| and max |W| and the backward, reading them,
+ * gives what measuring x^T and W^T again gives. */
+static void backend_ops_case(fsdp_backend *be, fsdp_fp8_granularity g, int save) {
+    const int N = 32, C = 48, OC = 64;
+    fsdp_fp8_recipe rc = fsdp_fp8_recipe_of(g);
+    const char *name = fsdp_fp8_name(g), *how = save ? ", the amax saved by the forward" : "";
+    float *x = rand_matrix(N, C, 1.0f), *w = rand_matrix(OC, C, 0.1f), *b = rand_matrix(1, OC, 0.5f);
+    float *res = rand_matrix(N, OC, 1.0f), *dy = rand_matrix(N, OC, 0.01f);
+    for (size_t i = 0; i < (size_t)N * C; i++) x[i] = fsdp_round_bf16(x[i]);
+    float saved[FSDP_FP8_SAVED_AMAX] = {-1.0f, -1.0f};
+    float *y = xmalloc((size_t)N * OC * 4), *want = xmalloc((size_t)N * OC * 4);
+    be->ops->matmul_forward_fp8(be, y, x, w, b, res, N, C, OC, 1, &rc, (fsdp_fp8_amax){NULL, NULL, save ? saved : NULL});
+    cpu_fp8_matmul_forward(want, x, w, b, res, N, C, OC, 1, &rc, FSDP_FP8_AMAX_NONE);
+    int same = 1;
+    for (size_t i = 0; i < (size_t)N * OC; i++) same &= y[i] == fsdp_round_bf16(want[i]);
+    check_that(same, "%s: backend matmul_forward_fp8 (bias, residual, relu) = reference rounded to bf16%s", name, how);
+    if (save) {
+        float ax = 0.0f, aw = 0.0f;
+        for (size_t i = 0; i < (size_t)N * C; i++) ax = fmaxf(ax, fabsf(x[i]));
+        for (size_t i = 0; i < (size_t)OC * C; i++) aw = fmaxf(aw, fabsf(w[i]));
+        if (g == FSDP_FP8_TENSORWISE)
+            check_that(saved[0] == ax && saved[1] == aw, "%s: the forward saved max|x| %g and max|W| %g (want %g, %g)",
+                       name, saved[0], saved[1], ax, aw);
+        else
+            check_that(saved[0] == -1.0f && saved[1] == -1.0f, "%s: rowwise leaves the saved amax alone", name);
+    }
+    float *dx = xmalloc((size_t)N * C * 4), *dw = xmalloc((size_t)OC * C * 4), *db = xmalloc(OC * 4);
+    float *rdx = xmalloc((size_t)N * C * 4), *rdw = xmalloc((size_t)OC * C * 4), *rdb = xmalloc(OC * 4);
+    memset(dw, 0, (size_t)OC * C * 4), memset(rdw, 0, (size_t)OC * C * 4), memset(db, 0, OC * 4), memset(rdb, 0, OC * 4);
+    be->ops->matmul_backward_fp8(be, dx, dw, db, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, NULL, save ? saved : NULL});
+    cpu_fp8_matmul_backward(rdx, rdw, rdb, dy, x, w, N, C, OC, &rc, FSDP_FP8_AMAX_NONE);
+    same = 1;
+    for (size_t i = 0; i < (size_t)N * C; i++) same &= dx[i] == fsdp_round_bf16(rdx[i]);
+    for (size_t i = 0; i < (size_t)OC * C; i++) same &= dw[i] == rdw[i];
+    for (int i = 0; i < OC; i++) same &= db[i] == rdb[i];
+    check_that(same, "%s: backend matmul_backward_fp8 = reference (dx rounded to bf16, dW and db in fp32)%s", name, how);
+    if (save && g == FSDP_FP8_TENSORWISE) {
+        /* A saved amax that is not the tensors' changes the scales: the backward does read it. */
+        float wrong[FSDP_FP8_SAVED_AMAX] = {saved[0] * 3.0f, saved[1] * 3.0f};
+        memset(dw, 0, (size_t)OC * C * 4);
+        be->ops->matmul_backward_fp8(be, dx, dw, db, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, NULL, wrong});
+        int differs = 0;
+        for (size_t i = 0; i < (size_t)OC * C; i++) differs |= dw[i] != rdw[i];
+        check_that(differs, "%s: the backward's x^T and W^T scales come from the saved amax", name);
+    }
+    free(x), free(w), free(b), free(res), free(dy), free(y), free(want), free(dx), free(dw), free(db);
+    free(rdx), free(rdw), free(rdb);
+}
+
 static void test_backend_ops(void) {
     fsdp_err err = {0};
     fsdp_backend_options o = {.kind = "cpu", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_F32, .local_size = 1};
     fsdp_backend *be = fsdp_backend_create(&o, &err);
     if (!check_that(be != NULL, "CPU backend created")) return;
     check_that(be->fp8_products == 1, "the CPU backend emulates FP8 products");
+    backend_ops_case(be, FSDP_FP8_ROWWISE, 0);
+    backend_ops_case(be, FSDP_FP8_ROWWISE, 1);
+    backend_ops_case(be, FSDP_FP8_TENSORWISE, 0);
+    backend_ops_case(be, FSDP_FP8_TENSORWISE, 1);
+    be->runtime->destroy(be);
+}
+
+/* The CPU backend's ops that report their output's amax (out_amax of backend.h): max |out| over the
+ * stored (bf16-rounded) values, exactly. */
+static float max_abs(const float *v, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(v[i]));
+    return m;
+}
+
+static void test_reported_amax(void) {
+    fsdp_err err = {0};
+    fsdp_backend_options o = {.kind = "cpu", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_F32, .local_size = 1};
+    fsdp_backend *be = fsdp_backend_create(&o, &err);
+    if (!check_that(be != NULL, "CPU backend created")) return;
+    const int N = 16, C = 48, F = 32;
+    float *x = rand_matrix(N, C, 3.0f), *w = rand_matrix(1, C, 1.0f), *b = rand_matrix(1, C, 0.5f);
+    float *res = rand_matrix(N, C, 1.0f), *gu = rand_matrix(N, 2 * F, 4.0f), *dy = rand_matrix(N, F, 1.0f);
+    float *out = xmalloc((size_t)N * C * 4), *res_out = xmalloc((size_t)N * C * 4), *mean = xmalloc(N * 4);
+    float *rstd = xmalloc(N * 4), *act = xmalloc((size_t)N * 2 * F * 4), amax = -1.0f;
+    be->ops->rmsnorm_forward(be, out, rstd, x, w, N, C, 1e-5f, &amax);
+    check_that(amax == max_abs(out, (size_t)N * C) && amax > 0, "rmsnorm_forward reports max |out| (%g)", amax);
+    amax = -1.0f;
+    be->ops->layernorm_forward(be, out, mean, rstd, x, w, b, N, C, 1e-5f, &amax);
+    check_that(amax == max_abs(out, (size_t)N * C) && amax > 0, "layernorm_forward reports max |out| (%g)", amax);
+    fsdp_dropout d = fsdp_dropout_make(0.1, 5, 0, 0, FSDP_DROPOUT_MLP_OUT);
+    amax = -1.0f;
+    be->ops->rmsnorm_dropout_forward(be, res_out, out, rstd, res, x, w, N, N, C, 1e-5f, &d, &amax);
+    check_that(amax == max_abs(out, (size_t)N * C) && amax > 0, "rmsnorm_dropout_forward reports max |out| (%g)",
+               amax);
+    amax = -1.0f;
+    be->ops->swiglu_forward(be, act, gu, N, F, &amax);
+    check_that(amax == max_abs(act, (size_t)N * F) && amax > 0, "swiglu_forward reports max |out| (%g)", amax);
+    amax = -1.0f;
+    be->ops->swiglu_backward(be, act, dy, gu, N, F, &amax);
+    check_that(amax == max_abs(act, (size_t)N * 2 * F) && amax > 0, "swiglu_backward reports max |dgateup| (%g)",
+               amax);
+    free(x), free(w), free(b), free(res), free(gu), free(dy), free(out), free(res_out), free(mean), free(rstd);
+    free(act);
+    be->runtime->destroy(be);
+}
+
+/* A product told its input's and its output gradient's amax (as the norm and SwiGLU report them)
+ * gives what measuring them gives; told a wrong one, it uses it. */
+static void test_given_amax(void) {
+    fsdp_err err = {0};
+    fsdp_backend_options o = {.kind = "cpu", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_F32, .local_size = 1};
+    fsdp_backend *be = fsdp_backend_create(&o, &err);
+    if (!check_that(be != NULL, "CPU backend created")) return;
     const int N = 32, C = 48, OC = 64;
-    fsdp_fp8_recipe rc = fsdp_fp8_recipe_of(FSDP_FP8_ROWWISE);
-    float *x = rand_matrix(N, C, 1.0f), *w = rand_matrix(OC, C, 0.1f), *b = rand_matrix(1, OC, 0.5f);
-    float *res = rand_matrix(N, OC, 1.0f), *dy = rand_matrix(N, OC, 0.01f);
+    fsdp_fp8_recipe rc = fsdp_fp8_recipe_of(FSDP_FP8_TENSORWISE);
+    float *x = rand_matrix(N, C, 1.0f), *w = rand_matrix(OC, C, 0.1f), *dy = rand_matrix(N, OC, 0.01f);
     for (size_t i = 0; i < (size_t)N * C; i++) x[i] = fsdp_round_bf16(x[i]);
-    float *y = xmalloc((size_t)N * OC * 4), *want = xmalloc((size_t)N * OC * 4);
-    be->ops->matmul_forward_fp8(be, y, x, w, b, res, N, C, OC, 1, &rc);
-    cpu_fp8_matmul_forward(want, x, w, b, res, N, C, OC, 1, &rc);
-    int same = 1;
-    for (size_t i = 0; i < (size_t)N * OC; i++) same &= y[i] == fsdp_round_bf16(want[i]);
-    check_that(same, "backend matmul_forward_fp8 (bias, residual, relu) = reference rounded to bf16");
-    float *dx = xmalloc((size_t)N * C * 4), *dw = xmalloc((size_t)OC * C * 4), *db = xmalloc(OC * 4);
-    float *rdx = xmalloc((size_t)N * C * 4), *rdw = xmalloc((size_t)OC * C * 4), *rdb = xmalloc(OC * 4);
-    be->ops->matmul_backward_fp8(be, dx, dw, db, dy, x, w, N, C, OC, &rc);
-    cpu_fp8_matmul_backward(rdx, rdw, rdb, dy, x, w, N, C, OC, &rc);
-    same = 1;
-    for (size_t i = 0; i < (size_t)N * C; i++) same &= dx[i] == fsdp_round_bf16(rdx[i]);
-    for (size_t i = 0; i < (size_t)OC * C; i++) same &= dw[i] == rdw[i];
-    for (int i = 0; i < OC; i++) same &= db[i] == rdb[i];
-    check_that(same, "backend matmul_backward_fp8 = reference (dx rounded to bf16, dW and db in fp32)");
-    free(x), free(w), free(b), free(res), free(dy), free(y), free(want), free(dx), free(dw), free(db);
-    free(rdx), free(rdw), free(rdb);
+    for (size_t i = 0; i < (size_t)N * OC; i++) dy[i] = fsdp_round_bf16(dy[i]);
+    float *y0 = xmalloc((size_t)N * OC * 4), *y1 = xmalloc((size_t)N * OC * 4);
+    float saved[FSDP_FP8_SAVED_AMAX], ax = max_abs(x, (size_t)N * C), ady = max_abs(dy, (size_t)N * OC);
+    be->ops->matmul_forward_fp8(be, y0, x, w, NULL, NULL, N, C, OC, 0, &rc, FSDP_FP8_AMAX_NONE);
+    saved[0] = ax;
+    be->ops->matmul_forward_fp8(be, y1, x, w, NULL, NULL, N, C, OC, 0, &rc, (fsdp_fp8_amax){saved, NULL, saved});
+    check_that(!memcmp(y0, y1, (size_t)N * OC * 4) && saved[1] == max_abs(w, (size_t)OC * C),
+               "forward told max |x| = forward measuring it; it saved max |W|");
+    float *dx0 = xmalloc((size_t)N * C * 4), *dx1 = xmalloc((size_t)N * C * 4);
+    float *dw0 = calloc((size_t)OC * C, 4), *dw1 = calloc((size_t)OC * C, 4);
+    be->ops->matmul_backward_fp8(be, dx0, dw0, NULL, dy, x, w, N, C, OC, &rc, FSDP_FP8_AMAX_NONE);
+    float told = ady;
+    be->ops->matmul_backward_fp8(be, dx1, dw1, NULL, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, &told, saved});
+    check_that(!memcmp(dx0, dx1, (size_t)N * C * 4) && !memcmp(dw0, dw1, (size_t)OC * C * 4),
+               "backward told max |dy| and the saved amax = backward measuring them");
+    told = 3.0f * ady; /* not a power of two, which would only shift the exponents */
+    memset(dw1, 0, (size_t)OC * C * 4);
+    be->ops->matmul_backward_fp8(be, dx1, dw1, NULL, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, &told, saved});
+    check_that(memcmp(dx0, dx1, (size_t)N * C * 4) != 0, "backward uses the dy amax it is told");
+    free(x), free(w), free(dy), free(y0), free(y1), free(dx0), free(dx1), free(dw0), free(dw1);
     be->runtime->destroy(be);
 }
 
@@ -376,6 +481,8 @@ int main(int argc, char **argv) {
     test_products(&rw_exact, "rowwise, exact scales");
     test_rowwise_precision();
     test_backend_ops();
+    test_reported_amax();
+    test_given_amax();
     int status = check_summary("test_fp8");
     MPI_Finalize();
     return status;

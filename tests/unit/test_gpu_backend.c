@@ -118,11 +118,11 @@ static void test_norm(int llama, int N, int C) {
     void *dx = upload(x, (size_t)N * C, ACT), *dw = upload(w, C, ACT), *db = upload(b, C, ACT);
     void *dout = poisoned((size_t)N * C, ACT), *dmean = poisoned(N, FSDP_F32), *drstd = poisoned(N, FSDP_F32);
     if (llama) {
-        cpu->ops->rmsnorm_forward(cpu, out, rstd, x, w, N, C, 1e-5f);
-        gpu->ops->rmsnorm_forward(gpu, dout, drstd, dx, dw, N, C, 1e-5f);
+        cpu->ops->rmsnorm_forward(cpu, out, rstd, x, w, N, C, 1e-5f, NULL);
+        gpu->ops->rmsnorm_forward(gpu, dout, drstd, dx, dw, N, C, 1e-5f, NULL);
     } else {
-        cpu->ops->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C, 1e-5f);
-        gpu->ops->layernorm_forward(gpu, dout, dmean, drstd, dx, dw, db, N, C, 1e-5f);
+        cpu->ops->layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C, 1e-5f, NULL);
+        gpu->ops->layernorm_forward(gpu, dout, dmean, drstd, dx, dw, db, N, C, 1e-5f, NULL);
     }
     snprintf(name, sizeof name, "%s fwd %dx%d", kind, N, C);
     compare(name, out, dout, (size_t)N * C, ACT, tolerance());
@@ -239,11 +239,11 @@ static void test_dropout_ops(int llama, int B, int T, int C, double p) {
     compare(name, out, dout, n, ACT, tolerance());
 
     if (llama) {
-        cpu->ops->rmsnorm_dropout_forward(cpu, ro, out, rstd, res, x, w, N, T, C, 1e-5f, &drop);
-        gpu->ops->rmsnorm_dropout_forward(gpu, dro, dout, drstd, dres, dx, dw, N, T, C, 1e-5f, &drop);
+        cpu->ops->rmsnorm_dropout_forward(cpu, ro, out, rstd, res, x, w, N, T, C, 1e-5f, &drop, NULL);
+        gpu->ops->rmsnorm_dropout_forward(gpu, dro, dout, drstd, dres, dx, dw, N, T, C, 1e-5f, &drop, NULL);
     } else {
-        cpu->ops->layernorm_dropout_forward(cpu, ro, out, mean, rstd, res, x, w, b, N, T, C, 1e-5f, &drop);
-        gpu->ops->layernorm_dropout_forward(gpu, dro, dout, dmean, drstd, dres, dx, dw, db, N, T, C, 1e-5f, &drop);
+        cpu->ops->layernorm_dropout_forward(cpu, ro, out, mean, rstd, res, x, w, b, N, T, C, 1e-5f, &drop, NULL);
+        gpu->ops->layernorm_dropout_forward(gpu, dro, dout, dmean, drstd, dres, dx, dw, db, N, T, C, 1e-5f, &drop, NULL);
     }
     snprintf(name, sizeof name, "%s_dropout fwd res_out %dx%d p%.1f", kind, N, C, p);
     compare(name, ro, dro, n, ACT, tolerance());
@@ -303,13 +303,13 @@ static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, i
     /* swiglu */
     float *gu = randn((size_t)N * 2 * F, 2.0f), *sw = malloc((size_t)N * F * 4);
     void *dgu = upload(gu, (size_t)N * 2 * F, ACT), *dsw = poisoned((size_t)N * F, ACT);
-    cpu->ops->swiglu_forward(cpu, sw, gu, N, F);
-    gpu->ops->swiglu_forward(gpu, dsw, dgu, N, F);
+    cpu->ops->swiglu_forward(cpu, sw, gu, N, F, NULL);
+    gpu->ops->swiglu_forward(gpu, dsw, dgu, N, F, NULL);
     compare("swiglu fwd", sw, dsw, (size_t)N * F, ACT, tolerance());
     float *dsy = randn((size_t)N * F, 1.0f), *dgc = malloc((size_t)N * 2 * F * 4);
     void *ddsy = upload(dsy, (size_t)N * F, ACT), *ddg = poisoned((size_t)N * 2 * F, ACT);
-    cpu->ops->swiglu_backward(cpu, dgc, dsy, gu, N, F);
-    gpu->ops->swiglu_backward(gpu, ddg, ddsy, dgu, N, F);
+    cpu->ops->swiglu_backward(cpu, dgc, dsy, gu, N, F, NULL);
+    gpu->ops->swiglu_backward(gpu, ddg, ddsy, dgu, N, F, NULL);
     compare("swiglu bwd", dgc, ddg, (size_t)N * 2 * F, ACT, tolerance());
 
     /* relu backward (out has exact zeros, as a relu output would) */

@@ -180,9 +180,9 @@ static void gpu_norm_fwd(const norm_case *k, const fsdp_dropout *d, dbuf *res_ou
     const int N = B * k->T;
     if (k->layer)
         fsdp_cuda_layernorm_dropout_forward(ro, o, mean + row0, rstd + row0, r, xx, w->p, k->bias ? b->p : NULL, N,
-                                            k->T, k->C, 1e-5f, d, k->act, 0);
+                                            k->T, k->C, 1e-5f, d, k->act, 0, NULL);
     else
-        fsdp_cuda_rmsnorm_dropout_forward(ro, o, rstd + row0, r, xx, w->p, N, k->T, k->C, 1e-5f, d, k->act, 0);
+        fsdp_cuda_rmsnorm_dropout_forward(ro, o, rstd + row0, r, xx, w->p, N, k->T, k->C, 1e-5f, d, k->act, 0, NULL);
 }
 
 static void test_norm_dropout(const norm_case *k) {

@@ -114,7 +114,7 @@ static void test_cast_both(int R, int Cc, fsdp_dtype src_t, fsdp_dtype t, int ro
     uint8_t *dc = dmalloc(n), *dt = dmalloc(n);
     float *d = dmalloc((size_t)(3 * ns + 3 * nt) * 4);
     fsdp_cuda_fp8_cast_both(dc, d, d + ns, d + 2 * ns, dt, d + 3 * ns, d + 3 * ns + nt, d + 3 * ns + 2 * nt, dx, src_t,
-                            R, Cc, rowwise, t, rowwise, 0);
+                            R, Cc, rowwise, t, rowwise, NULL, 0);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(gc, dc, n, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gt, dt, n, cudaMemcpyDeviceToHost));
@@ -227,23 +227,35 @@ static void test_products(fsdp_backend *be, int N, int C, int OC, const fsdp_fp8
     void *dw8 = dev_copy(be, dw0, nw, FSDP_F32), *dwb = dev_copy(be, dw0, nw, FSDP_F32);
     const void *bias = with_extras ? db : NULL, *resid = with_extras ? dres : NULL;
     char what[160];
+    /* Tensorwise runs as training does: the forward saves the amax of x and W, the backward reads it. */
+    const int save = r->granularity == FSDP_FP8_TENSORWISE;
+    float *saved = save ? be->runtime->alloc(be, FSDP_FP8_SAVED_AMAX * sizeof(float), "saved amax") : NULL;
 
-    be->ops->matmul_forward_fp8(be, dy8, dx_in, dwt, bias, resid, N, C, OC, with_extras, r);
+    be->ops->matmul_forward_fp8(be, dy8, dx_in, dwt, bias, resid, N, C, OC, with_extras, r,
+                                (fsdp_fp8_amax){NULL, NULL, saved});
     be->ops->matmul_forward(be, dyb, dx_in, dwt, bias, resid, N, C, OC, with_extras);
     float *y8 = host_copy(dy8, ny, FSDP_BF16), *yb = host_copy(dyb, ny, FSDP_BF16), *ye = hmalloc(ny);
-    cpu_fp8_matmul_forward(ye, x, w, with_extras ? b : NULL, with_extras ? res : NULL, N, C, OC, with_extras, r);
+    cpu_fp8_matmul_forward(ye, x, w, with_extras ? b : NULL, with_extras ? res : NULL, N, C, OC, with_extras, r, FSDP_FP8_AMAX_NONE);
     round_all(ye, ny);
     snprintf(what, sizeof what, "%s forward %dx%dx%d%s vs the CPU emulation", name, N, C, OC,
              with_extras ? " (bias, residual, relu)" : "");
     compare(what, name, y8, ye, yb, ny, 1e-2); /* fast accumulation: no promotion to fp32 */
+    if (save) {
+        float got[FSDP_FP8_SAVED_AMAX], ax = 0.0f, aw = 0.0f;
+        CK(cudaMemcpy(got, saved, sizeof got, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < nx; i++) ax = fmaxf(ax, fabsf(x[i]));
+        for (size_t i = 0; i < nw; i++) aw = fmaxf(aw, fabsf(w[i]));
+        check_that(got[0] == ax && got[1] == aw, "%s forward %dx%dx%d saved max|x| %g, max|W| %g (want %g, %g)", name, N,
+                   C, OC, got[0], got[1], ax, aw);
+    }
 
-    be->ops->matmul_backward_fp8(be, dx8, dw8, NULL, ddy, dx_in, dwt, N, C, OC, r);
+    be->ops->matmul_backward_fp8(be, dx8, dw8, NULL, ddy, dx_in, dwt, N, C, OC, r, (fsdp_fp8_amax){NULL, NULL, saved});
     be->ops->matmul_backward(be, dxb, dwb, NULL, ddy, dx_in, dwt, N, C, OC);
     float *gx8 = host_copy(dx8, nx, FSDP_BF16), *gxb = host_copy(dxb, nx, FSDP_BF16);
     float *gw8 = host_copy(dw8, nw, FSDP_F32), *gwb = host_copy(dwb, nw, FSDP_F32);
     float *ex = hmalloc(nx), *ew = hmalloc(nw);
     memcpy(ew, dw0, nw * 4);
-    cpu_fp8_matmul_backward(ex, ew, NULL, dy, x, w, N, C, OC, r);
+    cpu_fp8_matmul_backward(ex, ew, NULL, dy, x, w, N, C, OC, r, FSDP_FP8_AMAX_NONE);
     round_all(ex, nx);
     snprintf(what, sizeof what, "%s dx %dx%dx%d vs the CPU emulation", name, N, C, OC);
     compare(what, name, gx8, ex, gxb, nx, 6e-3);
@@ -254,6 +266,7 @@ static void test_products(fsdp_backend *be, int N, int C, int OC, const fsdp_fp8
 
     free(x), free(w), free(dy), free(b), free(res), free(dw0), free(y8), free(yb), free(ye), free(gx8), free(gxb);
     free(gw8), free(gwb), free(ex), free(ew), free(i8), free(ie), free(ib);
+    if (saved) be->runtime->free(be, saved);
     void *ptrs[] = {dx_in, dwt, ddy, db, dres, dy8, dyb, dx8, dxb, dw8, dwb};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) be->runtime->free(be, ptrs[i]);
 }

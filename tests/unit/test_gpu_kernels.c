@@ -70,6 +70,16 @@ static void check(const char *op, const char *mode, const char *size, const floa
                   double tol) {
     report(op, mode, size, rel_err(g, c, n), tol);
 }
+/* An op's reported amax (one fp32 on the device; poisoned before the op) must be max |out| over the
+ * values the op stored, exactly: what the FP8 cast would measure. */
+static void check_amax(const char *op, const char *mode, const char *size, const float *d_amax, const float *got,
+                       size_t n) {
+    float want = 0.0f, have;
+    for (size_t i = 0; i < n; i++) want = fmaxf(want, fabsf(got[i]));
+    CK(cudaMemcpy(&have, d_amax, sizeof have, cudaMemcpyDeviceToHost));
+    check_that(have == want, "%-26s %-22s %-26s reported amax %.9g (max |out| %.9g)", op, mode, size, have, want);
+}
+
 /* Two device buffers must hold the same bytes. */
 static void check_bitwise(const char *op, const char *mode, const char *size, const void *a, const void *b,
                           size_t bytes) {
@@ -206,10 +216,12 @@ static void test_rmsnorm(int N, int C) {
         float *ref = hmalloc(nc), *rstd = hmalloc((size_t)N);
         cpu_rmsnorm_forward(ref, rstd, x, w, N, C, eps);
         void *dx = dcopy(x, nc, act), *dw = dcopy(w, (size_t)C, act), *dy = dnan(nc, act);
-        float *drstd = dnan((size_t)N, FSDP_F32);
-        fsdp_cuda_rmsnorm_forward(dy, drstd, dx, dw, N, C, eps, act, 0);
+        float *drstd = dnan((size_t)N, FSDP_F32), *d_am = dnan(1, FSDP_F32);
+        fsdp_cuda_rmsnorm_forward(dy, drstd, dx, dw, N, C, eps, act, 0, d_am);
         float *got = hget(dy, nc, act), *got_r = hget(drstd, (size_t)N, FSDP_F32);
         check("rmsnorm_forward out", mode1(act), sz, got, ref, nc, tol_for(bf, 1));
+        check_amax("rmsnorm_forward out", mode1(act), sz, d_am, got, nc);
+        dfree(d_am);
         check("rmsnorm_forward rstd", mode1(act), sz, got_r, rstd, (size_t)N, tol_for(bf, 1));
         free(got), free(got_r), free(ref);
         dfree(dy);
@@ -256,9 +268,11 @@ static void test_layernorm(int N, int C, int with_bias) {
         cpu_layernorm_forward(ref, mean, rstd, x, w, b, N, C, eps);
         void *dx = dcopy(x, nc, act), *dw = dcopy(w, (size_t)C, act), *db = b ? dcopy(b, (size_t)C, act) : NULL;
         void *dy = dnan(nc, act);
-        float *dmean = dnan((size_t)N, FSDP_F32), *drstd = dnan((size_t)N, FSDP_F32);
-        fsdp_cuda_layernorm_forward(dy, dmean, drstd, dx, dw, db, N, C, eps, act, 0);
+        float *dmean = dnan((size_t)N, FSDP_F32), *drstd = dnan((size_t)N, FSDP_F32), *d_am = dnan(1, FSDP_F32);
+        fsdp_cuda_layernorm_forward(dy, dmean, drstd, dx, dw, db, N, C, eps, act, 0, d_am);
         float *got = hget(dy, nc, act), *got_m = hget(dmean, (size_t)N, FSDP_F32);
+        check_amax("layernorm_forward out", mode1(act), sz, d_am, got, nc);
+        dfree(d_am);
         float *got_r = hget(drstd, (size_t)N, FSDP_F32);
         check("layernorm_forward out", mode1(act), sz, got, ref, nc, tol_for(bf, 1));
         check("layernorm_forward mean", mode1(act), sz, got_m, mean, (size_t)N, tol_for(bf, 1));
@@ -404,11 +418,15 @@ static void test_swiglu(int N, int F) {
         void *d_out = dnan(nf, act), *d_dgu = dnan(2 * nf, act);
         cpu_swiglu_forward(ref, gu, N, F);
         cpu_swiglu_backward(dref, dout, gu, N, F);
-        fsdp_cuda_swiglu_forward(d_out, d_gu, N, F, act, 0);
-        fsdp_cuda_swiglu_backward(d_dgu, d_dout, d_gu, N, F, act, 0);
+        float *d_am = dnan(2, FSDP_F32);
+        fsdp_cuda_swiglu_forward(d_out, d_gu, N, F, act, 0, d_am);
+        fsdp_cuda_swiglu_backward(d_dgu, d_dout, d_gu, N, F, act, 0, d_am + 1);
         float *got = hget(d_out, nf, act), *dgot = hget(d_dgu, 2 * nf, act);
         check("swiglu_forward", mode1(act), sz, got, ref, nf, tol_for(bf, 0));
         check("swiglu_backward", mode1(act), sz, dgot, dref, 2 * nf, tol_for(bf, 0));
+        check_amax("swiglu_forward", mode1(act), sz, d_am, got, nf);
+        check_amax("swiglu_backward", mode1(act), sz, d_am + 1, dgot, 2 * nf);
+        dfree(d_am);
         free(gu), free(dout), free(ref), free(dref), free(got), free(dgot);
         dfree(d_gu), dfree(d_dout), dfree(d_out), dfree(d_dgu);
     }

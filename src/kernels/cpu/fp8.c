@@ -134,11 +134,13 @@ typedef struct {
     float *scale, *inv;
 } operand;
 
-static operand cast_operand(const float *src, int R, int Cc, int transpose, int rowwise, fsdp_dtype t, int pow2) {
+/* amax_in / amax_out as cpu_fp8_cast's (NULL: measured here, kept nowhere). */
+static operand cast_operand(const float *src, int R, int Cc, int transpose, int rowwise, fsdp_dtype t, int pow2,
+                            const float *amax_in, float *amax_out) {
     const int nscales = !rowwise ? 1 : transpose ? Cc : R;
     operand o = {cpu_scratch((size_t)R * Cc), cpu_scratch((size_t)nscales * sizeof(float)),
                  cpu_scratch((size_t)nscales * sizeof(float))};
-    cpu_fp8_cast(o.codes, o.scale, o.inv, NULL, src, R, Cc, transpose, rowwise, t, pow2, NULL);
+    cpu_fp8_cast(o.codes, o.scale, o.inv, amax_out, src, R, Cc, transpose, rowwise, t, pow2, amax_in);
     return o;
 }
 
@@ -149,10 +151,14 @@ static void operand_free(operand *o) {
 }
 
 void cpu_fp8_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                            const float *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r) {
+                            const float *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r,
+                            fsdp_fp8_amax amax) {
     const int rw = r->granularity == FSDP_FP8_ROWWISE;
-    operand x = cast_operand(inp, N, C, 0, rw, FSDP_E4M3, r->pow2_scales);
-    operand w = cast_operand(weight, OC, C, 0, rw, FSDP_E4M3, r->pow2_scales);
+    float *keep = rw ? NULL : amax.saved;
+    const float *known = rw ? NULL : amax.inp;
+    if (keep && known && known != keep) keep[0] = known[0];
+    operand x = cast_operand(inp, N, C, 0, rw, FSDP_E4M3, r->pow2_scales, known, known ? NULL : keep);
+    operand w = cast_operand(weight, OC, C, 0, rw, FSDP_E4M3, r->pow2_scales, NULL, keep ? keep + 1 : NULL);
     if (residual && residual != out) memcpy(out, residual, (size_t)N * OC * sizeof(float));
     cpu_fp8_product(out, x.codes, FSDP_E4M3, x.inv, rw, w.codes, FSDP_E4M3, w.inv, rw, N, OC, C, bias,
                     residual ? 1.0f : 0.0f, relu);
@@ -161,11 +167,13 @@ void cpu_fp8_matmul_forward(float *out, const float *inp, const float *weight, c
 }
 
 void cpu_fp8_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                             const float *weight, int N, int C, int OC, const fsdp_fp8_recipe *r) {
+                             const float *weight, int N, int C, int OC, const fsdp_fp8_recipe *r,
+                             fsdp_fp8_amax amax) {
     const int rw = r->granularity == FSDP_FP8_ROWWISE, p2 = r->pow2_scales;
+    const float *kept = rw ? NULL : amax.saved, *dy_amax = rw ? NULL : amax.dout;
     if (dinp) { /* dx[N, C] = dy[N, OC] . (W^T)[C, OC]^T */
-        operand dy = cast_operand(dout, N, OC, 0, rw, r->grad_t, p2);
-        operand wt = cast_operand(weight, OC, C, 1, rw, FSDP_E4M3, p2);
+        operand dy = cast_operand(dout, N, OC, 0, rw, r->grad_t, p2, dy_amax, NULL);
+        operand wt = cast_operand(weight, OC, C, 1, rw, FSDP_E4M3, p2, kept ? kept + 1 : NULL, NULL);
         cpu_fp8_product(dinp, dy.codes, r->grad_t, dy.inv, rw, wt.codes, FSDP_E4M3, wt.inv, rw, N, C, OC, NULL,
                         0.0f, 0);
         operand_free(&dy);
@@ -173,8 +181,8 @@ void cpu_fp8_matmul_backward(float *dinp, float *dweight, float *dbias, const fl
     }
     /* dW[OC, C] += (dy^T)[OC, N] . (x^T)[C, N]^T: the fresh product first, then added once, as
      * PyTorch adds a new .grad into an accumulated one. */
-    operand dyt = cast_operand(dout, N, OC, 1, rw, r->grad_t, p2);
-    operand xt = cast_operand(inp, N, C, 1, rw, FSDP_E4M3, p2);
+    operand dyt = cast_operand(dout, N, OC, 1, rw, r->grad_t, p2, dy_amax, NULL);
+    operand xt = cast_operand(inp, N, C, 1, rw, FSDP_E4M3, p2, kept, NULL);
     float *fresh = cpu_scratch((size_t)OC * C * sizeof(float));
     cpu_fp8_product(fresh, dyt.codes, r->grad_t, dyt.inv, rw, xt.codes, FSDP_E4M3, xt.inv, rw, OC, C, N, NULL, 0.0f,
                     0);

@@ -33,6 +33,13 @@ static inline void fsdp_cuda_check_launch(const char *kernel) {
 
 static inline int fsdp_cuda_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* Zeroes the amax a kernel is about to report into (warp_amax_report), when there is one. */
+static inline void fsdp_cuda_amax_reset(float *amax, cudaStream_t s, const char *kernel) {
+    if (!amax) return;
+    cudaError_t e = cudaMemsetAsync(amax, 0, sizeof *amax, s);
+    if (e != cudaSuccess) fsdp_fatal("kernel %s: cudaMemsetAsync of its amax failed: %s", kernel, cudaGetErrorString(e));
+}
+
 /* Blocks for a grid-stride loop over `work` items at `threads` per block. The cap only bounds the
  * grid; grid-stride loops make any cap correct. */
 static inline unsigned fsdp_cuda_grid(size_t work, int threads) {
@@ -189,6 +196,21 @@ static __device__ __forceinline__ unsigned drop_bits8(const fsdp_dropout &d, int
 }
 
 /* ---- device side: reductions -------------------------------------------------------------------- */
+
+/* |x| as ordered bits: the FP8 amax of src/kernels/fp8.h is the maximum of these (exact in any order;
+ * a NaN's bits exceed every number's, so a NaN makes the amax NaN). */
+static __device__ __forceinline__ unsigned amax_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
+
+/* *amax (bits, zeroed before the kernel) = max(*amax, the warp's largest v): the report of a tensor's
+ * amax by the kernel that writes it (tensorwise FP8), so that no pass over memory measures it again.
+ * One atomic per warp at most, and none once the running maximum is as large, which after the
+ * first warps is nearly every warp. Lanes that have left the kernel are not waited for. */
+static __device__ __forceinline__ void warp_amax_report(unsigned *amax, unsigned v) {
+    const unsigned mask = __activemask();
+    v = __reduce_max_sync(mask, v);
+    const unsigned lane = (threadIdx.x + threadIdx.y * blockDim.x) & 31u;
+    if (lane == (unsigned)(__ffs(mask) - 1) && v > *(volatile unsigned *)amax) atomicMax(amax, v);
+}
 
 /* Butterfly sums: every lane ends with the same value, added in the same order on every run. */
 static __device__ __forceinline__ float warp_sum(float v) {

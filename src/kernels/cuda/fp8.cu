@@ -36,8 +36,6 @@ static __device__ __forceinline__ unsigned char encode(float x, float scale, int
     return (unsigned char)__nv_cvt_float_to_fp8(__fmul_rn(x, scale), __NV_SATFINITE, fp8_kind(t));
 }
 
-static __device__ __forceinline__ unsigned mag_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
-
 /* The block's maximum of v (every thread gets it); sh holds FP8_THREADS / 32 words. */
 static __device__ __forceinline__ unsigned block_max(unsigned v, unsigned *sh) {
     v = __reduce_max_sync(0xffffffffu, v);
@@ -60,14 +58,14 @@ static __device__ __forceinline__ unsigned block_max(unsigned v, unsigned *sh) {
             for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n / 8; j += stride) {          \
                 float v[8];                                                                                   \
                 ld8(x, j, BF16, v);                                                                           \
-                _Pragma("unroll") for (int k = 0; k < 8; k++) m = max(m, mag_bits(v[k]));                    \
+                _Pragma("unroll") for (int k = 0; k < 8; k++) m = max(m, amax_bits(v[k]));                    \
             }                                                                                                 \
         } else {                                                                                              \
             for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride)                \
-                m = max(m, mag_bits(ld1(x, i, BF16)));                                                        \
+                m = max(m, amax_bits(ld1(x, i, BF16)));                                                        \
         }                                                                                                     \
         m = __reduce_max_sync(0xffffffffu, m);                                                                \
-        if ((threadIdx.x & 31) == 0 && m) atomicMax(amax, m);                                                 \
+        if ((threadIdx.x & 31) == 0 && m > *(volatile unsigned *)amax) atomicMax(amax, m);                                                 \
     }
 AMAX_TENSOR_KERNEL(amax_tensor_f32, 0, 0)
 AMAX_TENSOR_KERNEL(amax_tensor_f32_vec, 0, 1)
@@ -95,7 +93,7 @@ AMAX_TENSOR_KERNEL(amax_tensor_bf16_vec, 1, 1)
                 const size_t at = (size_t)r * Cc + c;                                                         \
                 ldE(x, VEC ? at / 8 : at, BF16, E, v);                                                        \
                 _Pragma("unroll") for (int k = 0; k < E; k++) {                                               \
-                    const unsigned b = mag_bits(v[k]);                                                        \
+                    const unsigned b = amax_bits(v[k]);                                                        \
                     m[k] = max(m[k], b);                                                                      \
                     rm = max(rm, b);                                                                          \
                 }                                                                                             \
@@ -162,10 +160,10 @@ static __device__ __forceinline__ float scale_of(float amax, int t, int pow2) {
                 for (int j = threadIdx.x; j < a.Cc / 8; j += blockDim.x) {                                    \
                     float v[8];                                                                               \
                     ld8(a.src, row / 8 + j, BF16, v);                                                         \
-                    _Pragma("unroll") for (int k = 0; k < 8; k++) m = max(m, mag_bits(v[k]));                \
+                    _Pragma("unroll") for (int k = 0; k < 8; k++) m = max(m, amax_bits(v[k]));                \
                 }                                                                                             \
             } else {                                                                                          \
-                for (int c = threadIdx.x; c < a.Cc; c += blockDim.x) m = max(m, mag_bits(ld1(a.src, row + c, BF16))); \
+                for (int c = threadIdx.x; c < a.Cc; c += blockDim.x) m = max(m, amax_bits(ld1(a.src, row + c, BF16))); \
             }                                                                                                 \
             m = block_max(m, sh);                                                                             \
             amax = __uint_as_float(m > 0x7f800000u ? 0x7fc00000u : m);                                       \
@@ -335,15 +333,25 @@ void fsdp_cuda_fp8_cast(uint8_t *codes, float *scale, float *inv_scale, float *a
 
 void fsdp_cuda_fp8_cast_both(uint8_t *codes, float *scale, float *inv_scale, float *amax, uint8_t *codes_t,
                              float *scale_t, float *inv_scale_t, float *amax_t, const void *src, fsdp_dtype src_t,
-                             int R, int Cc, int rowwise, fsdp_dtype t, int pow2, cudaStream_t s) {
+                             int R, int Cc, int rowwise, fsdp_dtype t, int pow2, const float *amax_in,
+                             cudaStream_t s) {
     check_dtypes(src_t, t);
     if (R <= 0 || Cc <= 0) return;
+    if (amax_in && rowwise) fsdp_fatal("internal error: an FP8 rowwise cast_both given its amax");
     const int bf16 = src_t == FSDP_BF16;
     const size_t n = (size_t)R * Cc;
-    cudaError_t e = cudaMemsetAsync(amax, 0, (size_t)(rowwise ? R : 1) * sizeof(float), s);
+    cudaError_t e;
+    if (amax_in) {
+        e = cudaMemcpyAsync(amax, amax_in, sizeof(float), cudaMemcpyDeviceToDevice, s);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(amax_t, amax_in, sizeof(float), cudaMemcpyDeviceToDevice, s);
+        if (e != cudaSuccess) fsdp_fatal("fp8 cast_both: cudaMemcpyAsync of the given amax: %s", cudaGetErrorString(e));
+    }
+    e = amax_in ? cudaSuccess : cudaMemsetAsync(amax, 0, (size_t)(rowwise ? R : 1) * sizeof(float), s);
     if (e == cudaSuccess && rowwise) e = cudaMemsetAsync(amax_t, 0, (size_t)Cc * sizeof(float), s);
     if (e != cudaSuccess) fsdp_fatal("kernel fp8 amax failed to launch: cudaMemsetAsync: %s", cudaGetErrorString(e));
-    if (rowwise) {
+    if (amax_in) {
+        /* given */
+    } else if (rowwise) {
         amax_rows_cols((unsigned *)amax, (unsigned *)amax_t, src, bf16, R, Cc, s);
     } else {
         const int vec = n % 8 == 0 && fsdp_cuda_aligned16(src);

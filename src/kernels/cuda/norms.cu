@@ -155,7 +155,7 @@ static inline norm_drop norm_drop_make(void *res_out, const void *x, void *dx, c
 template <int LN, int BF16, int DROP>
 static __device__ __forceinline__ void norm_fwd_vec(void *out, float *mean, float *rstd, const void *inp,
                                                     const void *weight, const void *bias, int N, int C, float eps,
-                                                    const norm_drop &nd) {
+                                                    unsigned *amax, const norm_drop &nd) {
     __shared__ float sh[32 * (FWD_MAX_TPR / 32)];
     int row = blockIdx.x * blockDim.y + threadIdx.y, valid = row < N;
     int nch = C / 8, t = threadIdx.x, tpr = blockDim.x;
@@ -170,6 +170,7 @@ static __device__ __forceinline__ void norm_fwd_vec(void *out, float *mean, floa
     float ss = group_sum(chunk_sum(xr, nch, t, tpr, valid, BF16, m, 1), sh);
     if (!valid) return;
     float r = rsqrtf(ss / (float)C + eps);
+    unsigned am = 0u; /* of the stored values */
 #pragma unroll
     for (int k = 0; k < FWD_K; k++) {
         int j = t + k * tpr;
@@ -191,29 +192,34 @@ static __device__ __forceinline__ void norm_fwd_vec(void *out, float *mean, floa
                 for (int e = 0; e < 8; e++) v[e] = v[e] * r * w[e];
             }
             st8(out, base + j, BF16, v);
+            if (amax)
+#pragma unroll
+                for (int e = 0; e < 8; e++) am = max(am, amax_bits(BF16 ? round_bf16(v[e]) : v[e]));
         }
     }
     if (t == 0) {
         if (LN) mean[row] = m;
         rstd[row] = r;
     }
+    if (amax) warp_amax_report(amax, am);
 }
 #define NORM_FWD_ARGS                                                                                                  \
-    void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, int N, int C, float eps
+    void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, int N, int C, float eps, \
+        unsigned *amax
 template <int LN, int BF16>
 static __global__ void __launch_bounds__(FWD_MAX_TPR) norm_fwd_vec_kernel(NORM_FWD_ARGS) {
     const norm_drop none{};
-    norm_fwd_vec<LN, BF16, 0>(out, mean, rstd, inp, weight, bias, N, C, eps, none);
+    norm_fwd_vec<LN, BF16, 0>(out, mean, rstd, inp, weight, bias, N, C, eps, amax, none);
 }
 template <int LN, int BF16>
 static __global__ void __launch_bounds__(FWD_MAX_TPR) norm_fwd_drop_vec_kernel(NORM_FWD_ARGS, const norm_drop nd) {
-    norm_fwd_vec<LN, BF16, 1>(out, mean, rstd, inp, weight, bias, N, C, eps, nd);
+    norm_fwd_vec<LN, BF16, 1>(out, mean, rstd, inp, weight, bias, N, C, eps, amax, nd);
 }
 
 template <int LN, int DROP>
 static __device__ __forceinline__ void norm_fwd_gen(void *out, float *mean, float *rstd, const void *inp,
                                                     const void *weight, const void *bias, int C, float eps,
-                                                    int bf16, const norm_drop &nd) {
+                                                    int bf16, unsigned *amax, const norm_drop &nd) {
     __shared__ float sh[32];
     size_t base = (size_t)blockIdx.x * C;
     if (DROP) {
@@ -233,36 +239,41 @@ static __device__ __forceinline__ void norm_fwd_gen(void *out, float *mean, floa
     }
     ss = group_sum(ss, sh);
     float r = rsqrtf(ss / (float)C + eps);
+    unsigned am = 0u;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float y;
         if (LN) {
             float b = bias ? ld1(bias, c, bf16) : 0.0f;
-            st1(out, base + c, bf16, (ld1(inp, base + c, bf16) - m) * r * ld1(weight, c, bf16) + b);
+            y = (ld1(inp, base + c, bf16) - m) * r * ld1(weight, c, bf16) + b;
         } else {
-            st1(out, base + c, bf16, ld1(inp, base + c, bf16) * r * ld1(weight, c, bf16));
+            y = ld1(inp, base + c, bf16) * r * ld1(weight, c, bf16);
         }
+        st1(out, base + c, bf16, y);
+        am = max(am, amax_bits(bf16 ? round_bf16(y) : y));
     }
     if (threadIdx.x == 0) {
         if (LN) mean[blockIdx.x] = m;
         rstd[blockIdx.x] = r;
     }
+    if (amax) warp_amax_report(amax, am);
 }
 #define NORM_FWD_GEN_ARGS                                                                                              \
     void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, int C, float eps,     \
-        int bf16
+        int bf16, unsigned *amax
 template <int LN>
 static __global__ void norm_fwd_gen_kernel(NORM_FWD_GEN_ARGS) {
     const norm_drop none{};
     if (bf16)
-        norm_fwd_gen<LN, 0>(out, mean, rstd, inp, weight, bias, C, eps, 1, none);
+        norm_fwd_gen<LN, 0>(out, mean, rstd, inp, weight, bias, C, eps, 1, amax, none);
     else
-        norm_fwd_gen<LN, 0>(out, mean, rstd, inp, weight, bias, C, eps, 0, none);
+        norm_fwd_gen<LN, 0>(out, mean, rstd, inp, weight, bias, C, eps, 0, amax, none);
 }
 template <int LN>
 static __global__ void norm_fwd_drop_gen_kernel(NORM_FWD_GEN_ARGS, const norm_drop nd) {
     if (bf16)
-        norm_fwd_gen<LN, 1>(out, mean, rstd, inp, weight, bias, C, eps, 1, nd);
+        norm_fwd_gen<LN, 1>(out, mean, rstd, inp, weight, bias, C, eps, 1, amax, nd);
     else
-        norm_fwd_gen<LN, 1>(out, mean, rstd, inp, weight, bias, C, eps, 0, nd);
+        norm_fwd_gen<LN, 1>(out, mean, rstd, inp, weight, bias, C, eps, 0, amax, nd);
 }
 
 /* Launch names: [ln][drop][generic]. */
@@ -273,11 +284,14 @@ static const char *const norm_fwd_names[2][2][2] = {
      {"layernorm_dropout_forward", "layernorm_dropout_forward_generic"}}};
 
 /* nd NULL: the plain norm of inp; else the norm of inp + dropout(nd->x), written to nd->res_out.
- * RMSNorm (LN = 0) takes mean = bias = NULL. */
+ * RMSNorm (LN = 0) takes mean = bias = NULL. out_amax (NULL: none) gets max |out| (ops_cuda.h). */
 template <int LN>
 static void norm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias,
-                         int N, int C, float eps, fsdp_dtype act, cudaStream_t s, const norm_drop *nd) {
+                         int N, int C, float eps, fsdp_dtype act, cudaStream_t s, const norm_drop *nd,
+                         float *out_amax) {
     if (N <= 0 || C <= 0) return;
+    unsigned *amax = (unsigned *)out_amax;
+    fsdp_cuda_amax_reset(out_amax, s, norm_fwd_names[LN][nd != NULL][0]);
     int bf16 = act == FSDP_BF16;
     int tpr = C % 8 == 0 ? threads_per_row(C / 8, FWD_K, FWD_MAX_TPR) : 0;
     int aligned = fsdp_cuda_aligned16(out) && fsdp_cuda_aligned16(inp) && fsdp_cuda_aligned16(weight) &&
@@ -288,45 +302,48 @@ static void norm_forward(void *out, float *mean, float *rstd, const void *inp, c
         dim3 block(tpr, rpb);
         unsigned grid = (unsigned)fsdp_cuda_ceil_div(N, rpb);
         if (nd && bf16)
-            norm_fwd_drop_vec_kernel<LN, 1><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps, *nd);
+            norm_fwd_drop_vec_kernel<LN, 1><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps, amax, *nd);
         else if (nd)
-            norm_fwd_drop_vec_kernel<LN, 0><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps, *nd);
+            norm_fwd_drop_vec_kernel<LN, 0><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps, amax, *nd);
         else if (bf16)
-            norm_fwd_vec_kernel<LN, 1><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+            norm_fwd_vec_kernel<LN, 1><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps, amax);
         else
-            norm_fwd_vec_kernel<LN, 0><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+            norm_fwd_vec_kernel<LN, 0><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps, amax);
     } else if (nd) {
         norm_fwd_drop_gen_kernel<LN><<<N, GENERIC_THREADS, 0, s>>>(out, mean, rstd, inp, weight, bias, C, eps, bf16,
-                                                                   *nd);
+                                                                   amax, *nd);
     } else {
-        norm_fwd_gen_kernel<LN><<<N, GENERIC_THREADS, 0, s>>>(out, mean, rstd, inp, weight, bias, C, eps, bf16);
+        norm_fwd_gen_kernel<LN><<<N, GENERIC_THREADS, 0, s>>>(out, mean, rstd, inp, weight, bias, C, eps, bf16, amax);
     }
     fsdp_cuda_check_launch(norm_fwd_names[LN][nd != NULL][!(tpr && aligned)]);
 }
 
 extern "C" void fsdp_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C,
-                                          float eps, fsdp_dtype act, cudaStream_t s) {
-    norm_forward<0>(out, NULL, rstd, inp, weight, NULL, N, C, eps, act, s, NULL);
+                                          float eps, fsdp_dtype act, cudaStream_t s, float *out_amax) {
+    norm_forward<0>(out, NULL, rstd, inp, weight, NULL, N, C, eps, act, s, NULL, out_amax);
 }
 
 extern "C" void fsdp_cuda_rmsnorm_dropout_forward(void *res_out, void *out, float *rstd, const void *residual,
                                                   const void *x, const void *weight, int N, int T, int C, float eps,
-                                                  const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s) {
+                                                  const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s,
+                                                  float *out_amax) {
     const norm_drop nd = norm_drop_make(res_out, x, NULL, drop, N, T, C);
-    norm_forward<0>(out, NULL, rstd, residual, weight, NULL, N, C, eps, act, s, &nd);
+    norm_forward<0>(out, NULL, rstd, residual, weight, NULL, N, C, eps, act, s, &nd, out_amax);
 }
 
 extern "C" void fsdp_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight,
-                                            const void *bias, int N, int C, float eps, fsdp_dtype act, cudaStream_t s) {
-    norm_forward<1>(out, mean, rstd, inp, weight, bias, N, C, eps, act, s, NULL);
+                                            const void *bias, int N, int C, float eps, fsdp_dtype act, cudaStream_t s,
+                                            float *out_amax) {
+    norm_forward<1>(out, mean, rstd, inp, weight, bias, N, C, eps, act, s, NULL, out_amax);
 }
 
 extern "C" void fsdp_cuda_layernorm_dropout_forward(void *res_out, void *out, float *mean, float *rstd,
                                                     const void *residual, const void *x, const void *weight,
                                                     const void *bias, int N, int T, int C, float eps,
-                                                    const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s) {
+                                                    const fsdp_dropout *drop, fsdp_dtype act, cudaStream_t s,
+                                                    float *out_amax) {
     const norm_drop nd = norm_drop_make(res_out, x, NULL, drop, N, T, C);
-    norm_forward<1>(out, mean, rstd, residual, weight, bias, N, C, eps, act, s, &nd);
+    norm_forward<1>(out, mean, rstd, residual, weight, bias, N, C, eps, act, s, &nd, out_amax);
 }
 
 /* ---- backward ---------------------------------------------------------------------------------- */

@@ -130,9 +130,18 @@ extern "C" void fsdp_cuda_rope_backward(void *dqkv, const float *cos_sin, int B,
 /* ---- SwiGLU: gateup rows are [gate (F) | up (F)] ----------------------------------------------------- */
 
 /* Item = (row n, group q of E columns); indices below are in units of E elements. */
+/* max over e < E of |v[e]| as stored (rounded to bf16 when bf16), as amax bits. */
+static __device__ __forceinline__ unsigned stored_amax(const float *v, int E, int bf16) {
+    unsigned m = 0u;
+#pragma unroll
+    for (int e = 0; e < E; e++) m = max(m, amax_bits(bf16 ? round_bf16(v[e]) : v[e]));
+    return m;
+}
+
+/* amax (NULL: none) gets max |out| (warp_amax_report). */
 static __device__ __forceinline__ void swiglu_fwd(void *out, const void *gateup, int F, unsigned items, int bf16,
-                                                  int E) {
-    unsigned groups = (unsigned)(F / E);
+                                                  int E, unsigned *amax) {
+    unsigned groups = (unsigned)(F / E), am = 0u;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < items; idx += gridDim.x * blockDim.x) {
         unsigned q = idx % groups, n = idx / groups;
         size_t gi = (size_t)n * 2 * groups + q;
@@ -142,36 +151,48 @@ static __device__ __forceinline__ void swiglu_fwd(void *out, const void *gateup,
 #pragma unroll
         for (int e = 0; e < E; e++) g[e] = g[e] * sigmoid(g[e]) * u[e];
         stE(out, (size_t)n * groups + q, bf16, E, g);
+        if (amax) am = max(am, stored_amax(g, E, bf16));
     }
+    if (amax) warp_amax_report(amax, am);
 }
-static __global__ void swiglu_fwd_kernel(void *out, const void *gateup, int F, unsigned items, int bf16, int vec) {
+static __global__ void swiglu_fwd_kernel(void *out, const void *gateup, int F, unsigned items, int bf16, int vec,
+                                         unsigned *amax) {
     if (bf16) {
         if (vec)
-            swiglu_fwd(out, gateup, F, items, 1, 8);
+            swiglu_fwd(out, gateup, F, items, 1, 8, amax);
         else
-            swiglu_fwd(out, gateup, F, items, 1, 1);
+            swiglu_fwd(out, gateup, F, items, 1, 1, amax);
     } else {
         if (vec)
-            swiglu_fwd(out, gateup, F, items, 0, 8);
+            swiglu_fwd(out, gateup, F, items, 0, 8, amax);
         else
-            swiglu_fwd(out, gateup, F, items, 0, 1);
+            swiglu_fwd(out, gateup, F, items, 0, 1, amax);
     }
 }
 
-extern "C" void fsdp_cuda_swiglu_forward(void *out, const void *gateup, int N, int F, fsdp_dtype act, cudaStream_t s) {
+/* Blocks of a pointwise kernel that reports an amax: a few waves of the grid-stride loop, so that a
+ * tensor of hundreds of millions of elements is reported by thousands of warps, not millions. */
+static unsigned reporting_grid(size_t items, const float *amax) {
+    unsigned g = fsdp_cuda_grid(items, PW_THREADS);
+    return amax && g > 8192u ? 8192u : g;
+}
+
+extern "C" void fsdp_cuda_swiglu_forward(void *out, const void *gateup, int N, int F, fsdp_dtype act, cudaStream_t s,
+                                         float *out_amax) {
     if (N <= 0 || F <= 0) return;
     int vec = F % 8 == 0 && fsdp_cuda_aligned16(out) && fsdp_cuda_aligned16(gateup);
     size_t items = (size_t)N * (vec ? F / 8 : F);
     FSDP_ASSERT(items < ((size_t)1 << 31));
-    swiglu_fwd_kernel<<<fsdp_cuda_grid(items, PW_THREADS), PW_THREADS, 0, s>>>(out, gateup, F, (unsigned)items,
-                                                                               act == FSDP_BF16, vec);
+    fsdp_cuda_amax_reset(out_amax, s, "swiglu_forward");
+    swiglu_fwd_kernel<<<reporting_grid(items, out_amax), PW_THREADS, 0, s>>>(out, gateup, F, (unsigned)items,
+                                                                             act == FSDP_BF16, vec, (unsigned *)out_amax);
     fsdp_cuda_check_launch("swiglu_forward");
 }
 
 /* d silu(g)/dg = s + g s (1 - s) with s = sigmoid(g). dgateup is overwritten. */
 static __device__ __forceinline__ void swiglu_bwd(void *dgateup, const void *dout, const void *gateup, int F,
-                                                  unsigned items, int bf16, int E) {
-    unsigned groups = (unsigned)(F / E);
+                                                  unsigned items, int bf16, int E, unsigned *amax) {
+    unsigned groups = (unsigned)(F / E), am = 0u;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < items; idx += gridDim.x * blockDim.x) {
         unsigned q = idx % groups, n = idx / groups;
         size_t gi = (size_t)n * 2 * groups + q;
@@ -187,30 +208,33 @@ static __device__ __forceinline__ void swiglu_bwd(void *dgateup, const void *dou
         }
         stE(dgateup, gi, bf16, E, g);
         stE(dgateup, gi + groups, bf16, E, u);
+        if (amax) am = max(am, max(stored_amax(g, E, bf16), stored_amax(u, E, bf16)));
     }
+    if (amax) warp_amax_report(amax, am);
 }
 static __global__ void swiglu_bwd_kernel(void *dgateup, const void *dout, const void *gateup, int F, unsigned items,
-                                         int bf16, int vec) {
+                                         int bf16, int vec, unsigned *amax) {
     if (bf16) {
         if (vec)
-            swiglu_bwd(dgateup, dout, gateup, F, items, 1, 8);
+            swiglu_bwd(dgateup, dout, gateup, F, items, 1, 8, amax);
         else
-            swiglu_bwd(dgateup, dout, gateup, F, items, 1, 1);
+            swiglu_bwd(dgateup, dout, gateup, F, items, 1, 1, amax);
     } else {
         if (vec)
-            swiglu_bwd(dgateup, dout, gateup, F, items, 0, 8);
+            swiglu_bwd(dgateup, dout, gateup, F, items, 0, 8, amax);
         else
-            swiglu_bwd(dgateup, dout, gateup, F, items, 0, 1);
+            swiglu_bwd(dgateup, dout, gateup, F, items, 0, 1, amax);
     }
 }
 
 extern "C" void fsdp_cuda_swiglu_backward(void *dgateup, const void *dout, const void *gateup, int N, int F,
-                                          fsdp_dtype act, cudaStream_t s) {
+                                          fsdp_dtype act, cudaStream_t s, float *dgateup_amax) {
     if (N <= 0 || F <= 0) return;
     int vec = F % 8 == 0 && fsdp_cuda_aligned16(dgateup) && fsdp_cuda_aligned16(dout) && fsdp_cuda_aligned16(gateup);
     size_t items = (size_t)N * (vec ? F / 8 : F);
     FSDP_ASSERT(items < ((size_t)1 << 31));
-    swiglu_bwd_kernel<<<fsdp_cuda_grid(items, PW_THREADS), PW_THREADS, 0, s>>>(dgateup, dout, gateup, F,
-                                                                               (unsigned)items, act == FSDP_BF16, vec);
+    fsdp_cuda_amax_reset(dgateup_amax, s, "swiglu_backward");
+    swiglu_bwd_kernel<<<reporting_grid(items, dgateup_amax), PW_THREADS, 0, s>>>(
+        dgateup, dout, gateup, F, (unsigned)items, act == FSDP_BF16, vec, (unsigned *)dgateup_amax);
     fsdp_cuda_check_launch("swiglu_backward");
 }
