@@ -13,6 +13,9 @@ Nothing is fitted to a row. The plan takes, per row:
     predicted from another NVLink row when the file has one, never from itself). The run's step times
     are written back as a --metrics file and given to `fsdp plan --compute-from` (the harness kept no
     metrics file of its own); a scaling row takes the one-GPU run of its file;
+  - for IB- and Ethernet-class rows, how far a gather and a reduction at once keep their speed on that
+    link (--link-concurrency): the 256 MiB figure of the newest bench/results/*-link-concurrency.json
+    (bench/link_concurrency.py, measured on the same kind of host; the rows' own calls did not measure it);
   - the defaults of everything else (the update's 3200 GB/s, interference 1: README, "Choosing a
     configuration for your link").
 
@@ -91,8 +94,18 @@ def predict(args, c, place, bw_flags, metrics):
     return row, v["rates"], cmd
 
 
+def link_concurrency():
+    """{link: concurrency at 256 MiB} of the newest *-link-concurrency.json ({} when there is none)."""
+    files = sorted(glob.glob(os.path.join(RESULTS, "*-link-concurrency.json")))
+    if not files:
+        return {}, None
+    d = json.load(open(files[-1]))
+    return {link: r["256"]["concurrency"] for link, r in d["results"].items() if "256" in r}, os.path.basename(files[-1])
+
+
 def harness_rows(args, tmp):
     out = []
+    conc, _ = link_concurrency()
     for path in sorted(glob.glob(os.path.join(RESULTS, "*-links-*.json"))):
         if "-trace." in path:  # the timelines the harness keeps beside its records
             continue
@@ -119,6 +132,8 @@ def harness_rows(args, tmp):
             else:
                 place = ["--nodes", "2", "--gpus-per-node", "1"]
                 bw = ["--link-gbps", "%.2f" % bandwidth(d["nccl_bw"][r["link"]]), "--intra-gbps", "%.1f" % nv_bw]
+                if r["link"] in conc:
+                    bw += ["--link-concurrency", "%.3f" % conc[r["link"]]]
             row, rates, cmd = predict(args, c, place, bw, metrics)
             out.append(dict(file=os.path.basename(path), link=r["link"], label=r["label"], accum=c["accum"],
                             model=c["model"], source=src["label"], measured=r["tps"],
@@ -198,6 +213,10 @@ def main():
             f.write("Command: `python3 bench/plan_vs_links.py --fsdp %s --out %s` (no GPU: the plan is arithmetic "
                     "over the recorded measurements; bench/plan_vs_links.py says what each input is).\n\n" %
                     (os.path.relpath(args.fsdp, ROOT), os.path.relpath(args.out, ROOT)))
+            conc, conc_file = link_concurrency()
+            if conc:
+                f.write("Link concurrency (--link-concurrency of the IB- and Ethernet-class rows) from %s: %s.\n\n" %
+                        (conc_file, ", ".join("%s %.2f" % (k, v) for k, v in sorted(conc.items()) if k != "nvlink")))
             f.write(text + "\n\n%d rows; largest error %.1f%% (bar %.0f%%).\n\n## Commands\n\n" % (len(rows), worst,
                                                                                               args.bar))
             for r in rows:

@@ -310,6 +310,10 @@ int fsdp_cmd_plan(int argc, char **argv) {
          "overlap).", 0, 100, NULL, 0},
         {"gather-interference", FSDP_ARG_FLOAT, &lf.gather_interference, "X", "The same for compute and gathers.", 0,
          100, NULL, 0},
+        {"link-concurrency", FSDP_ARG_FLOAT, &lf.link_concurrency, "C",
+         "A gather and a reduction at once between nodes each run 1 / (2 - C) as fast: 0 (one NIC carries both), up to "
+         "1 (neither slows the other: NCCL's sockets between GPUs of one host; bench/link_concurrency.py measures C).",
+         0, 1, NULL, 0},
     };
     fsdp_arg_spec spec = {"plan",
                           "Print the memory fsdp.c reserves per GPU for a training configuration, and with --mbs auto "
@@ -419,7 +423,7 @@ int fsdp_cmd_plan(int argc, char **argv) {
     fsdp_memory_plan_compute(&cfg, &o, &r.place, &r.plan);
 
     /* The time plan: every strategy (and compression option the flags left open) on this link. */
-    fsdp_link link = {nodes, lf.link_gbps, lf.intra_gbps};
+    fsdp_link link = {nodes, lf.link_gbps, lf.intra_gbps, lf.link_concurrency};
     fsdp_rates speed;
     fsdp_link_table table = {0};
     char source[512] = "";

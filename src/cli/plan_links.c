@@ -25,6 +25,8 @@ int fsdp_cli_link_check(const char *command, const fsdp_cli_link_flags *f, fsdp_
                            f->interference, f->gather_interference);
     if (f->compute_tflops < 0.0)
         return fsdp_usagef(err, "%s: --compute-tflops %g is below 0", command, f->compute_tflops);
+    if (f->link_concurrency < 0.0 || f->link_concurrency > 1.0)
+        return fsdp_usagef(err, "%s: --link-concurrency %g is outside [0, 1]", command, f->link_concurrency);
     int sources = (f->compute_from != NULL) + (f->calibrate != NULL) + (f->compute_tflops > 0.0);
     if (sources > 1)
         return fsdp_usagef(err, "%s: give one of --compute-from, --calibrate and --compute-tflops", command);
@@ -143,6 +145,8 @@ void fsdp_cli_link_print(const fsdp_link_table *t, const fsdp_plan_place *place,
     printf("\nstep time: %d GPU%s on %d node%s", place->world, place->world > 1 ? "s" : "", link->nodes,
            link->nodes > 1 ? "s" : "");
     if (link->nodes > 1) printf(", %g GB/s per GPU between nodes", link->inter_gbps);
+    if (link->nodes > 1 && link->inter_concurrency > 0.0)
+        printf(" (a gather and a reduction at once: each at %.2f of its speed)", 1.0 / (2.0 - link->inter_concurrency));
     else if (link->inter_gbps > 0.0) printf(" (--link-gbps unused: one node; --nodes K plans K)");
     printf(", %g GB/s inside a node | compute %.4g TFLOP/s (%s) | update %.4g GB/s | interference: reductions %.2f, "
            "gathers %.2f\n",
@@ -185,9 +189,10 @@ static json_t *bytes_json(const fsdp_comm_bytes *c) {
 json_t *fsdp_cli_link_json(const fsdp_link_table *t, const fsdp_link *link, const fsdp_rates *rates,
                            const char *source) {
     json_t *v = json_object(), *rows = json_array();
-    json_object_set_new(v, "link", json_pack("{s:i, s:o, s:o}", "nodes", link->nodes, "inter_gbps",
+    json_object_set_new(v, "link", json_pack("{s:i, s:o, s:o, s:o}", "nodes", link->nodes, "inter_gbps",
                                              fsdp_json_number(link->inter_gbps), "intra_gbps",
-                                             fsdp_json_number(link->intra_gbps)));
+                                             fsdp_json_number(link->intra_gbps), "inter_concurrency",
+                                             fsdp_json_number(link->inter_concurrency)));
     json_object_set_new(v, "rates", json_pack("{s:o, s:o, s:o, s:o, s:s}", "compute_tflops",
                                               fsdp_json_number(rates->tflops), "update_gbps",
                                               fsdp_json_number(rates->update_gbps), "interference",

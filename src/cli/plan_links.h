@@ -15,9 +15,10 @@ typedef struct {
     double compute_tflops; /* 0: from compute_from / calibrate, else assumed */
     double update_gbps, interference, gather_interference;
     const char *compute_from, *calibrate;
+    double link_concurrency; /* the inter-node link's (step_time.h); 0: one NIC shared */
 } fsdp_cli_link_flags;
 #define FSDP_CLI_LINK_DEFAULTS {0.0, FSDP_INTRA_GBPS_DEFAULT, 0.0, FSDP_UPDATE_GBPS_DEFAULT, FSDP_INTERFERENCE_DEFAULT, \
-                                FSDP_GATHER_INTERFERENCE_DEFAULT, NULL, NULL}
+                                FSDP_GATHER_INTERFERENCE_DEFAULT, NULL, NULL, 0.0}
 
 /* Assumed without a measurement: half the 989 TFLOP/s bf16 dense peak of an H100/H200 SXM (fsdp.c
  * measured 52-55% MFU on Llama-3.2-1B and Llama-2-7B: the links results of bench/results). */

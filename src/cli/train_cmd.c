@@ -293,7 +293,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     }
     o.strategy_auto = !strcasecmp(strategy, "auto");
     if (o.strategy_auto) {
-        fsdp_link link = {1, link_flags.link_gbps, link_flags.intra_gbps};
+        fsdp_link link = {1, link_flags.link_gbps, link_flags.intra_gbps, 0.0};
         fsdp_rates rates;
         if (fsdp_args_find(&spec, "link-gbps")->seen && link_flags.link_gbps <= 0.0)
             fsdp_usagef(&err, "train: --link-gbps %g is not a bandwidth (GB/s above 0)", link_flags.link_gbps);

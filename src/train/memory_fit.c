@@ -128,7 +128,7 @@ static int choose_strategy(fsdp_trainer *t, const fsdp_plan_place *place, fsdp_e
     if (nodes > 1 && o->link_gbps <= 0.0)
         return fsdp_usagef(err, "--strategy auto on %d nodes needs --link-gbps: the bus bandwidth per GPU between "
                                 "them (NCCL's busbw; NDR200 InfiniBand about 25)", nodes);
-    fsdp_link link = {nodes, o->link_gbps, o->intra_gbps};
+    fsdp_link link = {nodes, o->link_gbps, o->intra_gbps, 0.0};
     fsdp_rates rates = {o->auto_tflops, o->auto_update_gbps, o->auto_interference, o->auto_gather_interference};
     /* hpZ's secondary group is the node: only where every node has the same ranks (reshard.c). */
     fsdp_link_choices ch = {.strategies = 1, .reduce_dtypes = o->auto_vary_reduce, .gather_dtypes = o->auto_vary_gather,

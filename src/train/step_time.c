@@ -319,6 +319,7 @@ void fsdp_step_time_predict(const fsdp_model_config *cfg, const fsdp_train_optio
         if (step == 0) first_end = s.last_update;
     }
     double k[FSDP_TL_STREAMS] = {0.0, rates->gather_interference, rates->interference};
+    s.tl.concurrency[1] = link->inter_concurrency; /* link 1: between nodes */
     fsdp_timeline_run(&s.tl, k);
     out->step_ms = s.tl.tasks[s.last_update].end - s.tl.tasks[first_end].end;
     for (int i = s.tl.tasks[first_end].end >= 0 ? first_end + 1 : 0; i < s.tl.n; i++) {

@@ -25,10 +25,13 @@
 
 #include "memory_plan.h"
 
-/* Where the bytes go: the bus bandwidth per GPU (NCCL's busbw, GB/s) between nodes and inside one. */
+/* Where the bytes go: the bus bandwidth per GPU (NCCL's busbw, GB/s) between nodes and inside one,
+ * and how far a gather and a reduction at once between nodes keep their speed (timeline.h's
+ * concurrency: 0, one NIC shared, unless measured otherwise). */
 typedef struct {
     int nodes;
     double inter_gbps, intra_gbps;
+    double inter_concurrency;
 } fsdp_link;
 
 /* What the hardware does, measured: */

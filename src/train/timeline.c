@@ -67,9 +67,9 @@ double fsdp_timeline_run(fsdp_timeline *t, const double interference[FSDP_TL_STR
             if (running[s] >= 0) slow += interference[s];
             rate[s] = computing ? 1.0 / (1.0 + interference[s]) : 1.0;
             int other = s == FSDP_TL_GATHER ? FSDP_TL_REDUCE : FSDP_TL_GATHER;
-            if (running[s] >= 0 && running[other] >= 0 && t->tasks[running[s]].link > 0 &&
-                t->tasks[running[s]].link == t->tasks[running[other]].link)
-                rate[s] *= 0.5;
+            const int link = running[s] >= 0 ? t->tasks[running[s]].link : 0;
+            if (running[s] >= 0 && running[other] >= 0 && link > 0 && link == t->tasks[running[other]].link)
+                rate[s] /= 2.0 - (link < FSDP_TL_LINKS ? t->concurrency[link] : 0.0);
         }
         rate[FSDP_TL_COMPUTE] = 1.0 / slow;
         double dt = -1.0;

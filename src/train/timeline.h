@@ -7,8 +7,11 @@
  * run at the same time they interfere, each progressing at 1 / (1 + k) of its own speed, k the
  * transfer's stream's interference (0: a perfect overlap; 1: the two take turns, as two processes
  * sharing the GPU would); with both streams busy, compute runs at 1 / (1 + k_gather + k_reduce).
- * A gather and a reduction running at once on the same link (their `link`) share its bandwidth, each
- * at half its speed alone: one NIC (or one NVLink, or one PCIe path to host memory) carries both.
+ * A gather and a reduction running at once on the same link (their `link`) share its bandwidth: each
+ * runs at 1 / (2 - c) of its speed alone, c the link's concurrency (0 by default: half speed, one
+ * NIC, NVLink or PCIe path carrying both; 1: neither slows the other, as with NCCL's socket transport
+ * between two GPUs of one host, where each communicator has its own connections and threads;
+ * bench/link_concurrency.py measures c).
  *
  * Promises: deterministic; every task gets its start and end (ms from the first task's start);
  * a dependency on a task that never ends (a cycle) is an internal error. */
@@ -27,9 +30,13 @@ typedef struct {
     double start, end;              /* filled by fsdp_timeline_run; -1 before */
 } fsdp_tl_task;
 
+/* Links are numbered from 1 (0: none); the step's plan uses 1 between nodes and 2 inside one. */
+#define FSDP_TL_LINKS 3
+
 typedef struct {
     fsdp_tl_task *tasks;
     int n, cap;
+    double concurrency[FSDP_TL_LINKS]; /* per link, in [0, 1]; 0 (as zeroed) when not set */
 } fsdp_timeline;
 
 /* Adds a task at the end of `stream`'s queue; returns its index. */

@@ -192,6 +192,19 @@ refused(1, ["plan", "--model", "tiny-llama", "--device", "cpu", "--gpus", "4", "
         r"needs --link-gbps", "a time plan over nodes without --link-gbps")
 refused(1, ["plan", "--model", "tiny-llama", "--device", "cpu", "--intra-gbps", "-3"], r"--intra-gbps -3",
         "--intra-gbps -3")
+refused(1, ["plan", "--model", "tiny-llama", "--device", "cpu", "--link-concurrency", "1.5"], r"--link-concurrency",
+        "--link-concurrency 1.5")
+# --link-concurrency: FULL's gathers and reductions overlap between nodes; the more they keep their speed
+# when they run at once, the faster the step, never faster than the busier stream alone and never slower
+# than both taking turns (timeline.h); the link line of the JSON says the value.
+OVER = ["--model", "tiny-llama", "--mbs", "2", "--seq", "16", "--gpus", "2", "--nodes", "2", "--link-gbps", "0.01",
+        "--compute-tflops", "0.01", "--strategy", "FULL", "--grad-accum", "4"]
+by_c = {c: plan(OVER + ["--link-concurrency", str(c)]) for c in (0, 0.5, 1)}
+if all(by_c.values()):
+    ms = {c: [r for r in v["configurations"] if r["requested"]][0]["step_ms"] for c, v in by_c.items()}
+    t.check(ms[0] > ms[0.5] > ms[1], "FULL over a slow link: step %s ms at concurrency 0, 0.5, 1" % ms)
+    t.check(by_c[0.5]["link"]["inter_concurrency"] == 0.5 and by_c[0]["link"]["inter_concurrency"] == 0,
+            "the plan's JSON says the link's concurrency")
 refused(2, ["train", "--model", "tiny-llama", "--strategy", "auto", "--ranks-per-node", "1", "--steps", "1"],
         r"--strategy auto on 2 nodes needs --link-gbps", "--strategy auto over nodes without --link-gbps")
 # --calibrate trains on this rank, keeps the run's metrics and plans with the rate they give; --compute-from

@@ -65,6 +65,21 @@ static void timeline_cases(void) {
     check_close("one link shared: 8 ms", fabs(fsdp_timeline_run(&t, NO_INTERFERENCE) - 8.0), 1e-9);
     t.tasks[r].link = 2;
     check_close("two links: 4 ms", fabs(fsdp_timeline_run(&t, NO_INTERFERENCE) - 4.0), 1e-9);
+    /* Link 1 of concurrency 0.5: together each at 1 / 1.5 of its speed, both end at 6 ms; of
+     * concurrency 1 at 4 ms. A 2 ms reduction beside the 4 ms gather at 0.5: both at 2/3 until the
+     * reduction ends at 3 ms (the gather has done 2), the gather alone 2 ms more: 5 ms. */
+    t.tasks[r].link = 1;
+    t.concurrency[1] = 0.5;
+    check_close("concurrency 0.5: 6 ms", fabs(fsdp_timeline_run(&t, NO_INTERFERENCE) - 6.0), 1e-9);
+    t.concurrency[1] = 1.0;
+    check_close("concurrency 1: 4 ms", fabs(fsdp_timeline_run(&t, NO_INTERFERENCE) - 4.0), 1e-9);
+    t.concurrency[1] = 0.5;
+    t.tasks[r].ms = 2.0;
+    check_close("concurrency 0.5, 4 and 2 ms: 5 ms", fabs(fsdp_timeline_run(&t, NO_INTERFERENCE) - 5.0), 1e-9);
+    check_close("  the reduction ends at 3 ms", fabs(t.tasks[r].end - 3.0), 1e-9);
+    t.concurrency[2] = 1.0; /* another link's concurrency changes nothing here */
+    check_close("  link 2's concurrency does not apply to link 1", fabs(fsdp_timeline_run(&t, NO_INTERFERENCE) - 5.0),
+                1e-9);
     fsdp_timeline_free(&t);
 }
 
@@ -82,7 +97,7 @@ static void one_rank(void) {
     CHECK(fsdp_model_preset("tiny-llama", &cfg) == 0);
     fsdp_train_options o = options(2, 16);
     fsdp_plan_place place = {FSDP_DEVICE_CPU, 1, 1};
-    fsdp_link link = {1, 100.0, 100.0};
+    fsdp_link link = {1, 100.0, 100.0, 0.0};
     fsdp_rates rates = {0.002, 1.0, 0.7, 0.0}; /* 2 GFLOP/s, 1 GB/s */
     fsdp_step_time st;
     fsdp_step_time_predict(&cfg, &o, &place, &link, &rates, &st);
@@ -118,7 +133,7 @@ static void one_rank(void) {
      * reductions on theirs, so the step lies between the longer stream's bytes at that bandwidth and
      * both streams' bytes plus the compute. */
     fsdp_plan_place two = {FSDP_DEVICE_CPU, 2, 1};
-    fsdp_link slow = {2, 0.001, 100.0};
+    fsdp_link slow = {2, 0.001, 100.0, 0.0};
     fsdp_step_time s3;
     fsdp_step_time_predict(&cfg, &o, &two, &slow, &rates, &s3);
     double g = s3.bytes.bytes[FSDP_COMM_GATHER] / 1e3, red = s3.bytes.bytes[FSDP_COMM_REDUCE] / 1e3;
