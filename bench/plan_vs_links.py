@@ -10,7 +10,9 @@ Nothing is fitted to a row. The plan takes, per row:
     GPUs are planned as two nodes of one GPU) or --intra-gbps (NVLink: one node of two GPUs);
   - the compute rate measured by an NVLink run of the same file: the run of the same configuration
     when there is one, else the file's first NVLink run of the same model and batch (an NVLink row is
-    predicted from another NVLink row when the file has one, never from itself). The run's step times
+    predicted from another NVLink row when the file has one, never from itself); a file without an NVLink
+    run of the suite (a call that measured one link) takes the newest other file's NVLink run of the same
+    suite, named in the "compute from" column with its file. The run's step times
     are written back as a --metrics file and given to `fsdp plan --compute-from` (the harness kept no
     metrics file of its own); a scaling row takes the one-GPU run of its file;
   - for IB- and Ethernet-class rows, how far a gather and a reduction at once keep their speed on that
@@ -103,30 +105,55 @@ def link_concurrency():
     return {link: r["256"]["concurrency"] for link, r in d["results"].items() if "256" in r}, os.path.basename(files[-1])
 
 
+def harness_files():
+    return [p for p in sorted(glob.glob(os.path.join(RESULTS, "*-links-*.json")))
+            if "-trace." not in p]  # the timelines the harness keeps beside its records
+
+
+def nvlink_runs(d):
+    return [r for r in d["runs"] if r["program"] == "fsdp" and r["status"] == "ok" and r["link"] == "nvlink"]
+
+
+def elsewhere(path, r):
+    """For a file without an NVLink run of r's suite: the newest other file's NVLink runs of it, that
+    file's NVLink bandwidth and its name."""
+    for other in reversed(harness_files()):
+        if other == path:
+            continue
+        d = json.load(open(other))
+        nv = [n for n in nvlink_runs(d) if n["suite"] == r["suite"]]
+        if nv and "nvlink" in d["nccl_bw"]:
+            return nv, bandwidth(d["nccl_bw"]["nvlink"]), os.path.basename(other).replace(".json", "")
+    return [], None, None
+
+
 def harness_rows(args, tmp):
     out = []
-    conc, _ = link_concurrency()
-    for path in sorted(glob.glob(os.path.join(RESULTS, "*-links-*.json"))):
-        if "-trace." in path:  # the timelines the harness keeps beside its records
-            continue
+    conc = {} if args.without_concurrency else link_concurrency()[0]
+    for path in harness_files():
         d = json.load(open(path))
         runs = [r for r in d["runs"] if r["program"] == "fsdp" and r["status"] == "ok"]
-        nv = [r for r in runs if r["link"] == "nvlink"]
+        nv = nvlink_runs(d)
         for r in runs:
             if "--strategy auto" in r["command"]:  # a choice, checked against the fastest row, not a prediction
                 continue
-            same = [n for n in nv if n["label"] == r["label"] and n["suite"] == r["suite"]]
-            others = [n for n in nv if n["suite"] == r["suite"] and n is not r]
+            nv_bw = bandwidth(d["nccl_bw"]["nvlink"]) if "nvlink" in d["nccl_bw"] else None
+            from_file = ""
+            pool = nv
+            if r["link"] != "nvlink" and not [n for n in nv if n["suite"] == r["suite"]]:
+                pool, nv_bw, name = elsewhere(path, r)
+                from_file = " (%s)" % name if name else ""
+            same = [n for n in pool if n["label"] == r["label"] and n["suite"] == r["suite"]]
+            others = [n for n in pool if n["suite"] == r["suite"] and n is not r]
             if r["link"] == "nvlink":
                 src = others[0] if others else None
             else:
                 src = same[0] if same else (others[0] if others else None)
-            if src is None:
+            if src is None or nv_bw is None:
                 continue
             c, s = config_of(r["command"]), config_of(src["command"])
             metrics = os.path.join(tmp, "m%d.jsonl" % len(out))
             write_metrics(metrics, s, 2, 1, src["step_ms"])
-            nv_bw = bandwidth(d["nccl_bw"]["nvlink"])
             if r["link"] == "nvlink":
                 place, bw = ["--gpus", "2", "--nodes", "1"], ["--intra-gbps", "%.1f" % nv_bw]
             else:
@@ -136,7 +163,7 @@ def harness_rows(args, tmp):
                     bw += ["--link-concurrency", "%.3f" % conc[r["link"]]]
             row, rates, cmd = predict(args, c, place, bw, metrics)
             out.append(dict(file=os.path.basename(path), link=r["link"], label=r["label"], accum=c["accum"],
-                            model=c["model"], source=src["label"], measured=r["tps"],
+                            model=c["model"], source=src["label"] + from_file, measured=r["tps"],
                             predicted=row["tokens_per_s_per_gpu"], step_ms=row["step_ms"],
                             measured_ms=r.get("step_ms_mean"), compute_ms=row["compute_ms"],
                             exposed_ms=row["exposed_ms"], gb=row["comm_bytes"]["total"] / 1e9,
@@ -200,6 +227,8 @@ def main():
     ap.add_argument("--fsdp", default=os.path.join(ROOT, "build", "fsdp"))
     ap.add_argument("--out", help="also write the table and the commands to this markdown file")
     ap.add_argument("--bar", type=float, default=15.0, help="the largest error allowed, in percent")
+    ap.add_argument("--without-concurrency", action="store_true",
+                    help="plan every link as one NIC (--link-concurrency 0), as before the links' concurrency was measured")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = harness_rows(args, tmp) + scaling_rows(args, tmp)
@@ -214,7 +243,7 @@ def main():
                     "over the recorded measurements; bench/plan_vs_links.py says what each input is).\n\n" %
                     (os.path.relpath(args.fsdp, ROOT), os.path.relpath(args.out, ROOT)))
             conc, conc_file = link_concurrency()
-            if conc:
+            if conc and not args.without_concurrency:
                 f.write("Link concurrency (--link-concurrency of the IB- and Ethernet-class rows) from %s: %s.\n\n" %
                         (conc_file, ", ".join("%s %.2f" % (k, v) for k, v in sorted(conc.items()) if k != "nvlink")))
             f.write(text + "\n\n%d rows; largest error %.1f%% (bar %.0f%%).\n\n## Commands\n\n" % (len(rows), worst,
