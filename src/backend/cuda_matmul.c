@@ -64,11 +64,11 @@ void fsdp_cuda_matmul_destroy(fsdp_backend *be) {
     if (!mc) return;
     for (gemm_entry *e = mc->entries, *next; e; e = next) {
         next = e->next;
-        cublasLtMatmulDescDestroy(e->desc);
-        cublasLtMatrixLayoutDestroy(e->a);
-        cublasLtMatrixLayoutDestroy(e->b);
-        cublasLtMatrixLayoutDestroy(e->c);
-        cublasLtMatrixLayoutDestroy(e->d);
+        FSDP_CHECK_CUBLAS(cublasLtMatmulDescDestroy(e->desc));
+        FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(e->a));
+        FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(e->b));
+        FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(e->c));
+        FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(e->d));
         free(e);
     }
     if (mc->tune_scratch) be->runtime->free(be, mc->tune_scratch);
@@ -186,10 +186,10 @@ static int tune(fsdp_backend *be, gemm_entry *e, const fsdp_gemm *g, cublasLtMat
     FSDP_CHECK_CUDA(cudaEventDestroy(start));
     FSDP_CHECK_CUDA(cudaEventDestroy(stop));
     if (in_place) {
-        cublasLtMatrixLayoutDestroy(a);
-        cublasLtMatrixLayoutDestroy(b);
-        cublasLtMatrixLayoutDestroy(c);
-        cublasLtMatrixLayoutDestroy(d);
+        FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(a));
+        FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(b));
+        FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(c));
+        FSDP_CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(d));
     }
     if (mc->verbose) {
         double tflops = 2.0 * k->m * (double)n * k->k * 3 / (best_ms * 1e-3) / 1e12;
@@ -231,7 +231,7 @@ static gemm_entry *lookup(fsdp_backend *be, const fsdp_gemm *g, cudaStream_t s, 
         FSDP_CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(cuda_of(be)->lt, e->desc, e->a, e->b, e->c, e->d, pref,
                                                           CANDIDATES, res, &count));
     }
-    cublasLtMatmulPreferenceDestroy(pref);
+    FSDP_CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
     if (count == 0 && may_fail) {
         if (mc->verbose)
             fprintf(stderr, "gemm m=%d n=%d k=%d %s x %s (%s scales): no cuBLASLt algorithm\n", k.m, k.n, k.k,
