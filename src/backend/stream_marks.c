@@ -85,12 +85,7 @@ void fsdp_marks_span(fsdp_stream_marks *m, fsdp_track track, int begin, int end,
                      double bytes, const char *dtype) {
     if (!m || begin < 0 || end < 0) return;
     generation *g = &m->gen[m->cur];
-    if (g->count == g->spans_cap) {
-        int cap = g->spans_cap ? 2 * g->spans_cap : 128;
-        pending *grown = realloc(g->spans, (size_t)cap * sizeof *grown);
-        if (!grown) fsdp_fatal("out of host memory for %d trace spans", cap);
-        g->spans = grown, g->spans_cap = cap;
-    }
+    FSDP_GROW(g->spans, g->count, g->spans_cap, 128, "the trace's spans");
     pending *p = &g->spans[g->count++];
     p->span = make_span(m, track, name, unit, bytes, dtype);
     p->begin = begin, p->end = end;

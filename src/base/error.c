@@ -115,6 +115,12 @@ void *fsdp_xmalloc(size_t bytes, const char *what) {
     return p;
 }
 
+void *fsdp_xrealloc(void *p, size_t bytes, const char *what) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) fsdp_fatal("out of host memory growing %s to %zu bytes", what, bytes);
+    return q;
+}
+
 void *fsdp_xcalloc(size_t count, size_t size, const char *what) {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p) fsdp_fatal("out of host memory allocating %zu x %zu bytes for %s", count, size, what);

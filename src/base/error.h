@@ -66,9 +66,20 @@ FSDP_NORETURN void fsdp_mpi_failed(int rc, const char *call, const char *file, i
         if (!(cond)) fsdp_fatal("internal error: %s failed at %s:%d", #cond, __FILE__, __LINE__);   \
     } while (0)
 
-/* malloc/calloc that abort with a message naming what was being allocated. */
+/* malloc/calloc/realloc that abort with a message naming what was being allocated. */
 void *fsdp_xmalloc(size_t bytes, const char *what);
 void *fsdp_xcalloc(size_t count, size_t size, const char *what);
+void *fsdp_xrealloc(void *p, size_t bytes, const char *what);
+
+/* The one growth rule of the growable arrays: room for element n of items (capacity cap, of any
+ * integer type), the capacity doubling from `first`; out of host memory is fatal, naming what. */
+#define FSDP_GROW(items, n, cap, first, what)                                                        \
+    do {                                                                                             \
+        if ((size_t)(n) >= (size_t)(cap)) {                                                          \
+            (cap) = (cap) ? 2 * (cap) : (first);                                                     \
+            (items) = fsdp_xrealloc((items), (size_t)(cap) * sizeof *(items), (what));               \
+        }                                                                                            \
+    } while (0)
 
 #ifdef __cplusplus
 }

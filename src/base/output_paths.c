@@ -23,11 +23,7 @@ typedef struct {
 } file_ids;
 
 static void add(file_ids *s, const struct stat *st, const fsdp_io_path *role, const char *entry) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 16;
-        s->p = realloc(s->p, s->cap * sizeof *s->p);
-        if (!s->p) fsdp_fatal("out of host memory listing the files of %s", role->flag);
-    }
+    FSDP_GROW(s->p, s->n, s->cap, 16, "the list of input files");
     file_id *f = &s->p[s->n++];
     f->dev = st->st_dev, f->ino = st->st_ino, f->role = role;
     snprintf(f->entry, sizeof f->entry, "%s", entry);

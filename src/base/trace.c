@@ -57,12 +57,7 @@ void fsdp_trace_host_end(fsdp_trace *tr, double t0, const char *name) {
 
 void fsdp_trace_add(fsdp_trace *tr, const fsdp_span *s) {
     if (!tr) return;
-    if (tr->count == tr->cap) {
-        size_t cap = tr->cap ? 2 * tr->cap : 1024;
-        fsdp_span *grown = realloc(tr->spans, cap * sizeof *grown);
-        if (!grown) fsdp_fatal("out of host memory for %zu trace spans", cap);
-        tr->spans = grown, tr->cap = cap;
-    }
+    FSDP_GROW(tr->spans, tr->count, tr->cap, 1024, "the trace's spans");
     tr->spans[tr->count] = *s;
     if (tr->spans[tr->count].t1_us < tr->spans[tr->count].t0_us) tr->spans[tr->count].t1_us = tr->spans[tr->count].t0_us;
     tr->count++;

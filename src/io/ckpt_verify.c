@@ -38,11 +38,7 @@ static herr_t visit(hid_t group, const char *name, const H5L_info_t *info, void 
         fsdp_errf(&ls->c->err, "checkpoint %s: dataset name too long: %.60s...", ls->c->file, name);
         return -1;
     }
-    if (ls->count == ls->cap) {
-        ls->cap = ls->cap ? 2 * ls->cap : 256;
-        ls->list = realloc(ls->list, (size_t)ls->cap * sizeof *ls->list);
-        if (!ls->list) fsdp_fatal("out of host memory listing a checkpoint");
-    }
+    FSDP_GROW(ls->list, ls->count, ls->cap, 256, "a checkpoint's list of datasets");
     entry *e = &ls->list[ls->count++];
     memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);

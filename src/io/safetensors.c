@@ -84,11 +84,7 @@ typedef struct {
 } tensor_list;
 
 static void push(tensor_list *l, const fsdp_st_tensor *t) {
-    if (l->count == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->items = realloc(l->items, (size_t)l->cap * sizeof *l->items);
-        if (!l->items) fsdp_fatal("out of host memory reading safetensors headers");
-    }
+    FSDP_GROW(l->items, l->count, l->cap, 64, "the safetensors headers");
     l->items[l->count++] = *t;
 }
 

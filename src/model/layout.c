@@ -23,11 +23,7 @@ static void add_param(builder *b, fsdp_module mod, int is_bias, int64_t rows, in
     fsdp_layout *l = b->l;
     const char *path = b->f->modules[mod];
     FSDP_ASSERT(path != NULL);
-    if (l->num_params == b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 64;
-        l->params = realloc(l->params, (size_t)b->cap * sizeof *l->params);
-        if (!l->params) fsdp_fatal("out of host memory building the parameter layout");
-    }
+    FSDP_GROW(l->params, l->num_params, b->cap, 64, "the parameter layout");
     fsdp_param_desc *p = &l->params[l->num_params];
     memset(p, 0, sizeof *p);
     char module_name[80];

@@ -21,12 +21,7 @@ typedef struct {
 } path_list;
 
 static void list_add(path_list *l, const char *path, size_t strip) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        found_file *v = realloc(l->v, (size_t)l->cap * sizeof *v);
-        if (!v) fsdp_fatal("out of host memory listing metrics files");
-        l->v = v;
-    }
+    FSDP_GROW(l->v, l->n, l->cap, 64, "the list of metrics files");
     l->v[l->n].path = strdup(path);
     l->v[l->n].strip = strip;
     if (!l->v[l->n].path) fsdp_fatal("out of host memory listing metrics files");

@@ -164,12 +164,7 @@ int fsdp_report_experiments(const fsdp_report_run *runs, int num_runs, fsdp_expe
             g_by_rung = 1;
             for (int k = 0; k < m; k++) g_by_rung &= rung_number(&runs[rows[k]]) >= 0;
             qsort(rows, (size_t)m, sizeof *rows, CMP[kind]);
-            if (n == cap) {
-                cap = cap ? 2 * cap : 8;
-                fsdp_experiment *grown = realloc(exps, (size_t)cap * sizeof *grown);
-                if (!grown) fsdp_fatal("out of host memory grouping experiments");
-                exps = grown;
-            }
+            FSDP_GROW(exps, n, cap, 8, "the experiments");
             fsdp_experiment *e = &exps[n];
             memset(e, 0, sizeof *e);
             e->kind = (fsdp_exp_kind)kind;

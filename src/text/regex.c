@@ -49,11 +49,7 @@ void fsdp_regex_scratch_free(fsdp_regex_scratch *x) {
 }
 
 static void push(fsdp_spans *o, size_t s, size_t e) {
-    if (o->n == o->cap) {
-        o->cap = o->cap ? 2 * o->cap : 64;
-        o->p = realloc(o->p, o->cap * sizeof *o->p);
-        if (!o->p) fsdp_fatal("out of host memory (regex matches)");
-    }
+    FSDP_GROW(o->p, o->n, o->cap, 64, "the regex matches");
     o->p[o->n].start = (uint32_t)s, o->p[o->n].end = (uint32_t)e;
     o->n++;
 }

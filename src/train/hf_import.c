@@ -287,14 +287,6 @@ static void set_handed(pipeline *pl, int handed, int ready, int stop) {
     pthread_mutex_unlock(&pl->lock);
 }
 
-static void *grow(void *array, int64_t n, int64_t *cap, size_t size, const char *what) {
-    if (n < *cap) return array;
-    *cap = *cap ? 2 * *cap : 256;
-    array = realloc(array, (size_t)*cap * size);
-    if (!array) fsdp_fatal("out of host memory for %lld %s", (long long)*cap, what);
-    return array;
-}
-
 static int by_offset(const void *a, const void *b) {
     int64_t x = ((const fsdp_shard_span *)a)->offset, y = ((const fsdp_shard_span *)b)->offset;
     return (x > y) - (x < y);
@@ -303,7 +295,7 @@ static int by_offset(const void *a, const void *b) {
 /* Window w (starting at shard element w0) leaves [from, to) of the shard to no parameter. */
 static void add_gap(pipeline *pl, int64_t *cap, int w, int64_t w0, int64_t from, int64_t to) {
     if (to <= from) return;
-    pl->gaps = grow(pl->gaps, pl->num_gaps, cap, sizeof *pl->gaps, "init-from gaps");
+    FSDP_GROW(pl->gaps, pl->num_gaps, *cap, 256, "init-from gaps");
     pl->gaps[pl->num_gaps++] = (gap){w, from - w0, to - from};
 }
 
@@ -311,7 +303,7 @@ static void add_gap(pipeline *pl, int64_t *cap, int w, int64_t w0, int64_t from,
 static void add_chunks(pipeline *pl, int64_t *cap, const fsdp_shard_span *s, int w, int64_t w0, int64_t a, int64_t b) {
     int64_t per = CHUNK_BYTES / (fsdp_st_dtype_bits(pl->w->by_param[s->tensor]->dtype) / 8);
     for (int64_t at = a; at < b; at += per) {
-        pl->chunks = grow(pl->chunks, pl->num_chunks, cap, sizeof *pl->chunks, "init-from chunks");
+        FSDP_GROW(pl->chunks, pl->num_chunks, *cap, 256, "init-from chunks");
         pl->chunks[pl->num_chunks++] =
             (chunk){s->tensor, w, s->start + (at - s->offset), b - at < per ? b - at : per, at - w0};
     }
@@ -329,7 +321,7 @@ static void plan(fsdp_trainer *t, pipeline *pl, int64_t window_elems) {
         for (int64_t w0 = 0; w0 < len; w0 += window_elems) {
             int64_t w1 = len - w0 < window_elems ? len : w0 + window_elems, covered = w0;
             int w = (int)num_windows;
-            pl->windows = grow(pl->windows, num_windows, &window_cap, sizeof *pl->windows, "init-from windows");
+            FSDP_GROW(pl->windows, num_windows, window_cap, 256, "init-from windows");
             pl->windows[num_windows++] = (window){u, w0, w1 - w0};
             while (first < n && spans[first].offset + spans[first].count <= w0) first++;
             for (int i = first; i < n && spans[i].offset < w1; i++) {

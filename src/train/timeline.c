@@ -8,11 +8,7 @@
 #include "../base/error.h"
 
 int fsdp_timeline_add(fsdp_timeline *t, int stream, double ms) {
-    if (t->n == t->cap) {
-        t->cap = t->cap ? 2 * t->cap : 256;
-        t->tasks = realloc(t->tasks, (size_t)t->cap * sizeof *t->tasks);
-        if (!t->tasks) fsdp_fatal("out of host memory for the step's timeline");
-    }
+    FSDP_GROW(t->tasks, t->n, t->cap, 256, "the step's timeline");
     fsdp_tl_task *k = &t->tasks[t->n];
     memset(k, 0, sizeof *k);
     k->stream = stream;
