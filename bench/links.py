@@ -19,6 +19,7 @@ next one starts; --budget stops starting runs after that many seconds (the rest:
   python3 bench/links.py --suite 1b --links nvlink,ib --budget 300 --timeout 240
   python3 bench/links.py --suite 7b --links eth --rows 'int8|compile' --budget 300 --timeout 240
   python3 bench/links.py --suite eth-accum --links nvlink,eth --only fsdp --tag accum --budget 300
+  python3 bench/links.py --suite hpz --gpus 4 --links nvlink,ib --budget 400   # a host of 4 GPUs
   python3 bench/links.py --suite 1b --only fsdp --rows 'FULL$' --trace --budget 300   # one timeline per link
 
 A run already started goes on to its --timeout: under a limit on the whole command (10 minutes on the
@@ -72,6 +73,10 @@ SUITES = {
     # communicates once per optimizer step.
     "7b-accum2": dict(model="llama2_7b", mbs=8, seq=512, accum=2, steps=6),
     "7b-accum4": dict(model="llama2_7b", mbs=8, seq=512, accum=4, steps=5),
+    # hpZ (issue 22): run with --gpus 4 on a host of four GPUs, its ranks as 2 emulated nodes of 2. On one host
+    # the link variables slow every pair of GPUs alike, so the rows compare bytes and overlap, not a fast link
+    # inside a node beside a slow one between nodes.
+    "hpz": dict(model="llama1b", mbs=16, seq=1024, accum=1, steps=10),
 }
 
 # The reference: torch_bench.py's fsdp2 mode (fully_shard per decoder block and the root, bf16 params,
@@ -120,6 +125,12 @@ ROWS = [
     ("7b-accum4", "fsdp", "fsdp.c SHARD_GRAD_OP, reduce int8, gather int8",
      "--strategy SHARD_GRAD_OP --reduce-dtype int8 --gather-dtype int8", ("nvlink", "ib")),
     ("7b-accum4", "ref", "FSDP2 FULL_SHARD + compile (no accumulation: 1 micro-batch per step)", FSDP2_COMPILE, IB),
+
+    ("hpz", "fsdp", "fsdp.c FULL (2 nodes of 2)", "--strategy FULL --ranks-per-node 2", None),
+    ("hpz", "fsdp", "fsdp.c FULL, hpZ 2 (2 nodes of 2)", "--strategy FULL --ranks-per-node 2 --reshard-after-forward 2",
+     None),
+    ("hpz", "fsdp", "fsdp.c HYBRID (2 nodes of 2)", "--strategy HYBRID --ranks-per-node 2", None),
+    ("hpz", "ref", "FSDP2 FULL_SHARD + compile", FSDP2_COMPILE, IB),
 
     ("eth-accum", "fsdp", "fsdp.c FULL (accumulate sharded: default)", "--strategy FULL", ("eth",)),
     ("eth-accum", "fsdp", "fsdp.c FULL, accumulate local", "--strategy FULL --accumulate local", ("eth",)),
