@@ -65,3 +65,14 @@ int fsdp_open_regular(const char *path, int flags, mode_t mode, const char *what
     }
     return fd;
 }
+
+FILE *fsdp_fopen_regular(const char *path, const char *what, fsdp_err *err) {
+    int fd = fsdp_open_regular(path, O_RDONLY, 0, what, err);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        fsdp_errf(err, "%s%s%s: fdopen: %s", what ? what : "", what ? " " : "", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}

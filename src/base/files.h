@@ -8,6 +8,7 @@
 #ifndef FSDP_BASE_FILES_H
 #define FSDP_BASE_FILES_H
 
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "error.h"
@@ -32,6 +33,10 @@ int fsdp_regular_or_absent(const char *path, const char *what, fsdp_err *err);
 /* open(2) that refuses anything but a regular file without blocking: returns the descriptor (with
  * O_CLOEXEC, blocking mode restored) or -1 with err naming `what`, the path and the cause. */
 int fsdp_open_regular(const char *path, int flags, mode_t mode, const char *what, fsdp_err *err);
+
+/* The same opened for reading as a stdio stream ("rb"): NULL with err when it is not a regular file
+ * or cannot be opened. */
+FILE *fsdp_fopen_regular(const char *path, const char *what, fsdp_err *err);
 
 #ifdef __cplusplus
 }

@@ -89,12 +89,11 @@ static int parse_ids(const char *text, int32_t **out, int *n, fsdp_err *err) {
 static char *read_file(const char *path, size_t *len, fsdp_err *err) {
     struct stat st;
     /* Opened without blocking: a FIFO named here must be refused, not waited on. */
-    int fd = fsdp_open_regular(path, O_RDONLY, 0, "--prompt-file", err);
-    if (fd < 0) return NULL;
-    FILE *f = fstat(fd, &st) == 0 ? fdopen(fd, "rb") : NULL;
-    if (!f) {
+    FILE *f = fsdp_fopen_regular(path, "--prompt-file", err);
+    if (!f) return NULL;
+    if (fstat(fileno(f), &st) != 0) {
         fsdp_errf(err, "--prompt-file %s: %s", path, strerror(errno));
-        close(fd);
+        fclose(f);
         return NULL;
     }
     char *buf = fsdp_xmalloc((size_t)st.st_size + 1, "the prompt");

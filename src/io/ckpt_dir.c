@@ -62,14 +62,8 @@ int fsdp_ckpt_find_latest(const char *dir, char *out, int cap, fsdp_err *err) {
     int exists = fsdp_regular_or_absent(path, NULL, err);
     if (exists <= 0) return exists;
     /* Opened as a regular file only: a FIFO put there since the look above must not hang the read. */
-    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
-    if (fd < 0) return -1;
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        return fsdp_errf(err, "%s: fdopen: %s", path, strerror(e));
-    }
+    FILE *f = fsdp_fopen_regular(path, NULL, err);
+    if (!f) return -1;
     size_t n = fread(rbuf, 1, sizeof rbuf - 1, f);
     fclose(f);
     rbuf[n] = 0;

@@ -69,14 +69,8 @@ fsdp_docs_reader *fsdp_docs_open(const char *path, fsdp_docs_format format, cons
                                  fsdp_err *err) {
     if (fsdp_docs_check_path(path, err)) return NULL;
     /* The path may have become a FIFO since the check: open it without blocking, then look again. */
-    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
-    if (fd < 0) return NULL;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        fsdp_errf(err, "%s: fdopen: %s", path, strerror(errno));
-        close(fd);
-        return NULL;
-    }
+    FILE *f = fsdp_fopen_regular(path, NULL, err);
+    if (!f) return NULL;
     fsdp_docs_reader *r = fsdp_xcalloc(1, sizeof *r, "document reader");
     snprintf(r->path, sizeof r->path, "%s", path);
     r->f = f, r->format = format, r->field = field, r->max_document = max_document;

@@ -1,12 +1,9 @@
 /* The record loop of metrics_lines.h. */
 #include "metrics_lines.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../base/files.h"
 #include "../base/log.h"
@@ -19,14 +16,8 @@ static int blank(const char *line) {
 }
 
 int fsdp_metrics_each_record(const char *path, fsdp_metrics_visit visit, void *ctx, fsdp_err *err) {
-    int fd = fsdp_open_regular(path, O_RDONLY, 0, NULL, err);
-    if (fd < 0) return -1;
-    FILE *fp = fdopen(fd, "r");
-    if (!fp) {
-        int e = errno;
-        close(fd);
-        return fsdp_errf(err, "%s: fdopen: %s", path, strerror(e));
-    }
+    FILE *fp = fsdp_fopen_regular(path, NULL, err);
+    if (!fp) return -1;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
