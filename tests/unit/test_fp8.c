@@ -308,6 +308,13 @@ static void test_rowwise_precision(void) {
     free(x), free(w);
 }
 
+/* The CPU backend with bf16 activations and fp32 gradients (NULL: it could not be made). */
+static fsdp_backend *cpu_backend(void) {
+    fsdp_err err = {0};
+    fsdp_backend_options o = {.kind = "cpu", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_F32, .local_size = 1};
+    return fsdp_backend_create(&o, &err);
+}
+
 /* The CPU backend's ops: the reference products, outputs rounded to bf16, bias and residual. With a
  * saved amax (tensorwise) the forward records max |x| and max |W| and the backward, reading them,
  * gives what measuring x^T and W^T again gives. */
@@ -359,9 +366,7 @@ static void backend_ops_case(fsdp_backend *be, fsdp_fp8_granularity g, int save)
 }
 
 static void test_backend_ops(void) {
-    fsdp_err err = {0};
-    fsdp_backend_options o = {.kind = "cpu", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_F32, .local_size = 1};
-    fsdp_backend *be = fsdp_backend_create(&o, &err);
+    fsdp_backend *be = cpu_backend();
     if (!check_that(be != NULL, "CPU backend created")) return;
     check_that(be->fp8_products == 1, "the CPU backend emulates FP8 products");
     backend_ops_case(be, FSDP_FP8_ROWWISE, 0);
@@ -380,9 +385,7 @@ static float max_abs(const float *v, size_t n) {
 }
 
 static void test_reported_amax(void) {
-    fsdp_err err = {0};
-    fsdp_backend_options o = {.kind = "cpu", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_F32, .local_size = 1};
-    fsdp_backend *be = fsdp_backend_create(&o, &err);
+    fsdp_backend *be = cpu_backend();
     if (!check_that(be != NULL, "CPU backend created")) return;
     const int N = 16, C = 48, F = 32;
     float *x = rand_matrix(N, C, 3.0f), *w = rand_matrix(1, C, 1.0f), *b = rand_matrix(1, C, 0.5f);
@@ -414,9 +417,7 @@ static void test_reported_amax(void) {
 /* A product told its input's and its output gradient's amax (as the norm and SwiGLU report them)
  * gives what measuring them gives; told a wrong one, it uses it. */
 static void test_given_amax(void) {
-    fsdp_err err = {0};
-    fsdp_backend_options o = {.kind = "cpu", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_F32, .local_size = 1};
-    fsdp_backend *be = fsdp_backend_create(&o, &err);
+    fsdp_backend *be = cpu_backend();
     if (!check_that(be != NULL, "CPU backend created")) return;
     const int N = 32, C = 48, OC = 64;
     fsdp_fp8_recipe rc = fsdp_fp8_recipe_of(FSDP_FP8_TENSORWISE);
