@@ -106,23 +106,29 @@ def link_concurrency():
 
 
 def harness_files():
-    """The harness's records of two GPUs: a call on more (links.py --suite hpz --gpus 4) emulates nodes of
-    several GPUs whose pairs inside a node the link variables slow too, a place this table does not plan."""
-    return [p for p in sorted(glob.glob(os.path.join(RESULTS, "*-links-*.json")))
-            if "-trace." not in p and json.load(open(p)).get("gpus", 2) == 2]
+    """[(path, record)] of the harness's calls on two GPUs, oldest first: a call on more (links.py --suite
+    hpz --gpus 4) emulates nodes of several GPUs whose pairs inside a node the link variables slow too, a
+    place this table does not plan."""
+    out = []
+    for p in sorted(glob.glob(os.path.join(RESULTS, "*-links-*.json"))):
+        if "-trace." in p:  # the timelines the harness keeps beside its records
+            continue
+        d = json.load(open(p))
+        if d.get("gpus", 2) == 2:
+            out.append((p, d))
+    return out
 
 
 def nvlink_runs(d):
     return [r for r in d["runs"] if r["program"] == "fsdp" and r["status"] == "ok" and r["link"] == "nvlink"]
 
 
-def elsewhere(path, r):
+def elsewhere(files, path, r):
     """For a file without an NVLink run of r's suite: the newest other file's NVLink runs of it, that
     file's NVLink bandwidth and its name."""
-    for other in reversed(harness_files()):
+    for other, d in reversed(files):
         if other == path:
             continue
-        d = json.load(open(other))
         nv = [n for n in nvlink_runs(d) if n["suite"] == r["suite"]]
         if nv and "nvlink" in d["nccl_bw"]:
             return nv, bandwidth(d["nccl_bw"]["nvlink"]), os.path.basename(other).replace(".json", "")
@@ -132,8 +138,8 @@ def elsewhere(path, r):
 def harness_rows(args, tmp):
     out = []
     conc = {} if args.without_concurrency else link_concurrency()[0]
-    for path in harness_files():
-        d = json.load(open(path))
+    files = harness_files()
+    for path, d in files:
         runs = [r for r in d["runs"] if r["program"] == "fsdp" and r["status"] == "ok"]
         nv = nvlink_runs(d)
         for r in runs:
@@ -143,7 +149,7 @@ def harness_rows(args, tmp):
             from_file = ""
             pool = nv
             if r["link"] != "nvlink" and not [n for n in nv if n["suite"] == r["suite"]]:
-                pool, nv_bw, name = elsewhere(path, r)
+                pool, nv_bw, name = elsewhere(files, path, r)
                 from_file = " (%s)" % name if name else ""
             same = [n for n in pool if n["label"] == r["label"] and n["suite"] == r["suite"]]
             others = [n for n in pool if n["suite"] == r["suite"] and n is not r]

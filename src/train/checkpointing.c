@@ -292,8 +292,8 @@ void fsdp_trainer_init_weights(fsdp_trainer *t) {
                  (unsigned long long)t->opt.seed, fsdp_start_up_threads());
     fsdp_backend *be = t->be;
     const size_t es = master_size(t);
-    float *host = fsdp_xmalloc((size_t)largest * sizeof(float) + 1, "initial weights");
-    void *staged = es == 4 ? (void *)host : fsdp_xmalloc((size_t)largest * es + 1, "initial weights");
+    float *host = fsdp_xmalloc((size_t)largest * sizeof(float), "initial weights");
+    void *staged = es == 4 ? (void *)host : fsdp_xmalloc((size_t)largest * es, "initial weights");
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
         const fsdp_unit_desc *ud = &t->layout.units[u];
