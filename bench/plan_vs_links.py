@@ -7,7 +7,10 @@
 Nothing is fitted to a row. The plan takes, per row:
   - the link's bus bandwidth measured in the same call (nccl_bw.py in the harness file: the mean of
     all-gather and reduce-scatter at 64 MiB and 1 GiB) as --link-gbps (IB- and Ethernet-class: the two
-    GPUs are planned as two nodes of one GPU) or --intra-gbps (NVLink: one node of two GPUs);
+    GPUs are planned as two nodes of one GPU) or --intra-gbps (NVLink: one node of two GPUs); a call on
+    four GPUs (links.py --suite hpz --gpus 4: two emulated nodes of two) is planned as such, with the
+    link's figure both between and inside the nodes, since on one host the link's variables slow every
+    pair of GPUs alike;
   - the compute rate measured by an NVLink run of the same file: the run of the same configuration
     when there is one, else the file's first NVLink run of the same model and batch (an NVLink row is
     predicted from another NVLink row when the file has one, never from itself); a file without an NVLink
@@ -52,7 +55,8 @@ def config_of(cmd):
              accum=int(flag(cmd, "--grad-accum", "1")), strategy=flag(cmd, "--strategy", "FULL"),
              model_precision=flag(cmd, "--model-precision", "fp32"), mixed=flag(cmd, "--mixed-precision", "bf16"),
              attn=flag(cmd, "--attn", "flash"), reduce=flag(cmd, "--reduce-dtype"), gather=flag(cmd, "--gather-dtype"),
-             accumulate=flag(cmd, "--accumulate"), ranks_per_node=flag(cmd, "--ranks-per-node"))
+             accumulate=flag(cmd, "--accumulate"), ranks_per_node=flag(cmd, "--ranks-per-node"),
+             reshard=flag(cmd, "--reshard-after-forward"))
     return c
 
 
@@ -60,7 +64,8 @@ def plan_flags(c):
     f = ["--model", c["model"], "--mbs", str(c["mbs"]), "--seq", str(c["seq"]), "--grad-accum", str(c["accum"]),
          "--strategy", c["strategy"], "--model-precision", c["model_precision"], "--mixed-precision", c["mixed"],
          "--attn", c["attn"]]
-    for key, name in (("reduce", "--reduce-dtype"), ("gather", "--gather-dtype"), ("accumulate", "--accumulate")):
+    for key, name in (("reduce", "--reduce-dtype"), ("gather", "--gather-dtype"), ("accumulate", "--accumulate"),
+                      ("reshard", "--reshard-after-forward")):
         if c[key]:
             f += [name, c[key]]
     return f
@@ -85,9 +90,10 @@ def write_metrics(path, c, world, nodes, step_ms_list):
                             "accumulate": c["accumulate"] or "auto"}) + "\n")
 
 
-def predict(args, c, place, bw_flags, metrics):
-    cmd = [args.fsdp, "plan"] + plan_flags(c) + place + bw_flags + ["--compute-from", metrics, "--gpu-mem", "141",
-                                                                     "--json"]
+def predict(args, c, place, bw_flags, compute):
+    """compute: a --metrics file to take the rate from (--compute-from), or the rate itself (--compute-tflops)."""
+    rate = ["--compute-tflops", "%.3f" % compute] if isinstance(compute, float) else ["--compute-from", compute]
+    cmd = [args.fsdp, "plan"] + plan_flags(c) + place + bw_flags + rate + ["--gpu-mem", "141", "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit("plan_vs_links.py: %s\n%s" % (" ".join(map(shlex.quote, cmd)), p.stderr.strip()))
@@ -106,16 +112,13 @@ def link_concurrency():
 
 
 def harness_files():
-    """[(path, record)] of the harness's calls on two GPUs, oldest first: a call on more (links.py --suite
-    hpz --gpus 4) emulates nodes of several GPUs whose pairs inside a node the link variables slow too, a
-    place this table does not plan."""
+    """[(path, record)] of the harness's calls, oldest first (two GPUs, and links.py --suite hpz --gpus 4)."""
     out = []
     for p in sorted(glob.glob(os.path.join(RESULTS, "*-links-*.json"))):
         if "-trace." in p:  # the timelines the harness keeps beside its records
             continue
         d = json.load(open(p))
-        if d.get("gpus", 2) == 2:
-            out.append((p, d))
+        out.append((p, d))
     return out
 
 
@@ -142,13 +145,14 @@ def harness_rows(args, tmp):
     for path, d in files:
         runs = [r for r in d["runs"] if r["program"] == "fsdp" and r["status"] == "ok"]
         nv = nvlink_runs(d)
+        gpus = d.get("gpus", 2)
         for r in runs:
             if "--strategy auto" in r["command"]:  # a choice, checked against the fastest row, not a prediction
                 continue
             nv_bw = bandwidth(d["nccl_bw"]["nvlink"]) if "nvlink" in d["nccl_bw"] else None
             from_file = ""
             pool = nv
-            if r["link"] != "nvlink" and not [n for n in nv if n["suite"] == r["suite"]]:
+            if gpus == 2 and r["link"] != "nvlink" and not [n for n in nv if n["suite"] == r["suite"]]:
                 pool, nv_bw, name = elsewhere(files, path, r)
                 from_file = " (%s)" % name if name else ""
             same = [n for n in pool if n["label"] == r["label"] and n["suite"] == r["suite"]]
@@ -161,15 +165,29 @@ def harness_rows(args, tmp):
                 continue
             c, s = config_of(r["command"]), config_of(src["command"])
             metrics = os.path.join(tmp, "m%d.jsonl" % len(out))
-            write_metrics(metrics, s, 2, 1, src["step_ms"])
-            if r["link"] == "nvlink":
+            write_metrics(metrics, s, gpus, 1 if gpus == 2 else 2, src["step_ms"])
+            compute = metrics
+            if gpus == 4:
+                # Two emulated nodes of two GPUs on one host: the link's variables slow the pairs inside a
+                # "node" as much as those between, so both figures are the link's own bus bandwidth. The
+                # compute rate comes from the NVLink source planned at NVLink's figure (one set of link
+                # flags serves both the source and the row, so a slow-link row takes the rate itself).
+                place = ["--nodes", "2", "--gpus-per-node", "2"]
+                nv4 = "%.2f" % nv_bw
+                _, src_rates, _ = predict(args, s, place, ["--link-gbps", nv4, "--intra-gbps", nv4], metrics)
+                compute = src_rates["compute_tflops"]
+                link_bw = "%.2f" % bandwidth(d["nccl_bw"][r["link"]])
+                bw = ["--link-gbps", link_bw, "--intra-gbps", link_bw]
+                if r["link"] in conc:
+                    bw += ["--link-concurrency", "%.3f" % conc[r["link"]]]
+            elif r["link"] == "nvlink":
                 place, bw = ["--gpus", "2", "--nodes", "1"], ["--intra-gbps", "%.1f" % nv_bw]
             else:
                 place = ["--nodes", "2", "--gpus-per-node", "1"]
                 bw = ["--link-gbps", "%.2f" % bandwidth(d["nccl_bw"][r["link"]]), "--intra-gbps", "%.1f" % nv_bw]
                 if r["link"] in conc:
                     bw += ["--link-concurrency", "%.3f" % conc[r["link"]]]
-            row, rates, cmd = predict(args, c, place, bw, metrics)
+            row, rates, cmd = predict(args, c, place, bw, compute)
             out.append(dict(file=os.path.basename(path), link=r["link"], label=r["label"], accum=c["accum"],
                             model=c["model"], source=src["label"] + from_file, measured=r["tps"],
                             predicted=row["tokens_per_s_per_gpu"], step_ms=row["step_ms"],

@@ -147,7 +147,7 @@ void fsdp_cli_link_print(const fsdp_link_table *t, const fsdp_plan_place *place,
     if (link->nodes > 1) printf(", %g GB/s per GPU between nodes", link->inter_gbps);
     if (link->nodes > 1 && link->inter_concurrency > 0.0)
         printf(" (a gather and a reduction at once: each at %.2f of its speed)", 1.0 / (2.0 - link->inter_concurrency));
-    else if (link->inter_gbps > 0.0) printf(" (--link-gbps unused: one node; --nodes K plans K)");
+    else if (link->nodes <= 1 && link->inter_gbps > 0.0) printf(" (--link-gbps unused: one node; --nodes K plans K)");
     printf(", %g GB/s inside a node | compute %.4g TFLOP/s (%s) | update %.4g GB/s | interference: reductions %.2f, "
            "gathers %.2f\n",
            link->intra_gbps, rates->tflops, source, rates->update_gbps, rates->interference, rates->gather_interference);

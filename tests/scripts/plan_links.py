@@ -205,6 +205,12 @@ if all(by_c.values()):
     t.check(ms[0] > ms[0.5] > ms[1], "FULL over a slow link: step %s ms at concurrency 0, 0.5, 1" % ms)
     t.check(by_c[0.5]["link"]["inter_concurrency"] == 0.5 and by_c[0]["link"]["inter_concurrency"] == 0,
             "the plan's JSON says the link's concurrency")
+# The text's link line says --link-gbps is unused only where it is (one node).
+for nodes, unused in (("1", True), ("2", False)):
+    rc, out, _ = t.run(1, ["plan", "--device", "cpu", "--model", "tiny-llama", "--gpus", "2", "--nodes", nodes,
+                           "--link-gbps", "5", "--compute-tflops", "0.01"], check=False)
+    t.check(rc == 0 and ("--link-gbps unused" in out) == unused,
+            "--nodes %s --link-gbps 5: the step-time line %s --link-gbps unused" % (nodes, "calls" if unused else "does not call"))
 refused(2, ["train", "--model", "tiny-llama", "--strategy", "auto", "--ranks-per-node", "1", "--steps", "1"],
         r"--strategy auto on 2 nodes needs --link-gbps", "--strategy auto over nodes without --link-gbps")
 # --calibrate trains on this rank, keeps the run's metrics and plans with the rate they give; --compute-from
