@@ -80,18 +80,18 @@ static void unfused_fwd(const bench_case *k) {
 static void plain_bwd(const bench_case *k) {
     if (k->layer)
         fsdp_cuda_layernorm_backward(k->dinp, k->dw, k->db, k->dout, k->res_out, k->w, k->mean, k->rstd, k->N, k->C,
-                                     FSDP_BF16, FSDP_F32, k->scratch, 0);
+                                     FSDP_BF16, FSDP_F32, k->scratch, 0, NULL);
     else
         fsdp_cuda_rmsnorm_backward(k->dinp, k->dw, k->dout, k->res_out, k->w, k->rstd, k->N, k->C, FSDP_BF16,
-                                   FSDP_F32, k->scratch, 0);
+                                   FSDP_F32, k->scratch, 0, NULL);
 }
 static void fused_bwd(const bench_case *k) {
     if (k->layer)
         fsdp_cuda_layernorm_dropout_backward(k->dinp, k->dx, k->dw, k->db, k->dout, k->res_out, k->w, k->mean,
-                                             k->rstd, k->N, k->T, k->C, k->drop, FSDP_BF16, FSDP_F32, k->scratch, 0);
+                                             k->rstd, k->N, k->T, k->C, k->drop, FSDP_BF16, FSDP_F32, k->scratch, 0, NULL);
     else
         fsdp_cuda_rmsnorm_dropout_backward(k->dinp, k->dx, k->dw, k->dout, k->res_out, k->w, k->rstd, k->N, k->T,
-                                           k->C, k->drop, FSDP_BF16, FSDP_F32, k->scratch, 0);
+                                           k->C, k->drop, FSDP_BF16, FSDP_F32, k->scratch, 0, NULL);
 }
 static void unfused_bwd(const bench_case *k) {
     plain_bwd(k);

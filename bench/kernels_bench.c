@@ -85,11 +85,11 @@ static void bench_norms(int N, int C) {
      * and writes dinp (the weight and row-statistic reads are small). */
     BENCH_MEDIAN_MS(fsdp_cuda_rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f, A, 0, NULL), ms);
     line_gbs("rmsnorm_forward", shape, ms, nc * 4.0 + N * 4.0);
-    BENCH_MEDIAN_MS(fsdp_cuda_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, A, G, scratch, 0), ms);
+    BENCH_MEDIAN_MS(fsdp_cuda_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, A, G, scratch, 0, NULL), ms);
     line_gbs("rmsnorm_backward", shape, ms, nc * 8.0 + N * 4.0);
     BENCH_MEDIAN_MS(fsdp_cuda_layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f, A, 0, NULL), ms);
     line_gbs("layernorm_forward", shape, ms, nc * 4.0 + N * 8.0);
-    BENCH_MEDIAN_MS(fsdp_cuda_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, A, G, scratch, 0), ms);
+    BENCH_MEDIAN_MS(fsdp_cuda_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, A, G, scratch, 0, NULL), ms);
     line_gbs("layernorm_backward", shape, ms, nc * 8.0 + N * 8.0);
     CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(b)); CK(cudaFree(y)); CK(cudaFree(dy)); CK(cudaFree(dx));
     CK(cudaFree(dw)); CK(cudaFree(db)); CK(cudaFree(mean)); CK(cudaFree(rstd)); CK(cudaFree(scratch));

@@ -220,16 +220,17 @@ typedef struct fsdp_backend_ops {
      * that writes it (src/kernels/ops_cuda.h). */
     void (*rmsnorm_forward)(fsdp_backend *be, void *out, float *rstd, const void *inp, const void *weight,
                             int N, int C, float eps, float *out_amax);
-    /* dinp += ..., dweight += ... */
+    /* dinp += ..., dweight += ...; dinp_amax (as out_amax) gets max |dinp| as stored: the output
+     * gradient of the projection before the norm. */
     void (*rmsnorm_backward)(fsdp_backend *be, void *dinp, void *dweight, const void *dout, const void *inp,
-                             const void *weight, const float *rstd, int N, int C);
+                             const void *weight, const float *rstd, int N, int C, float *dinp_amax);
     /* out = (x - mean) * rstd * weight + bias; mean[N], rstd[N] saved. */
     void (*layernorm_forward)(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
                               const void *weight, const void *bias, int N, int C, float eps, float *out_amax);
-    /* dinp += ..., dweight += ..., dbias += ... */
+    /* dinp += ..., dweight += ..., dbias += ...; dinp_amax as rmsnorm_backward's. */
     void (*layernorm_backward)(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
                                const void *inp, const void *weight, const float *mean, const float *rstd,
-                               int N, int C);
+                               int N, int C, float *dinp_amax);
 
     /* out[N,OC] = inp[N,C] W[OC,C]^T (+ bias[OC]) (+ residual[N,OC]), then relu if `relu`.
      * residual may alias out (in-place residual add). */
@@ -261,9 +262,10 @@ typedef struct fsdp_backend_ops {
     /* Rotary embedding, in place on the q and k parts of qkv[B,T,(Hq+2*Hkv)*D] (HF "rotate_half"
      * convention). cos_sin[T][D/2][2] holds cos and sin of position t times frequency i. */
     void (*rope_forward)(fsdp_backend *be, void *qkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D);
-    /* The inverse rotation on dq and dk, in place on dqkv (dv untouched). */
+    /* The inverse rotation on dq and dk, in place on dqkv (dv untouched); dqkv_amax (as out_amax)
+     * gets max |dqkv| over all three parts after it: the q|k|v projection's output gradient. */
     void (*rope_backward)(fsdp_backend *be, void *dqkv, const float *cos_sin, int B, int T, int Hq, int Hkv,
-                          int D);
+                          int D, float *dqkv_amax);
 
     /* Causal attention with grouped query heads (query head h reads kv head h / (Hq/Hkv)), scale
      * 1/sqrt(D). qkv[B,T,(Hq+2*Hkv)*D] as above; out[B,T,Hq*D]; lse[B,Hq,T] (natural-log
@@ -330,13 +332,14 @@ typedef struct fsdp_backend_ops {
      * fused with the dropout backward of the residual branch that fed the norm's input: after
      * dinp is complete (it is the residual-stream gradient), dx = keep . dinp / (1 - p) is written
      * (overwritten; the gradient of that branch's output, which its projection's backward reads).
-     * dx must not alias dinp or dout. */
+     * dx must not alias dinp or dout. dx_amax (as out_amax) gets max |dx| as stored. */
     void (*rmsnorm_dropout_backward)(fsdp_backend *be, void *dinp, void *dx, void *dweight, const void *dout,
                                      const void *inp, const void *weight, const float *rstd, int N, int T, int C,
-                                     const fsdp_dropout *drop);
+                                     const fsdp_dropout *drop, float *dx_amax);
     void (*layernorm_dropout_backward)(fsdp_backend *be, void *dinp, void *dx, void *dweight, void *dbias,
                                        const void *dout, const void *inp, const void *weight, const float *mean,
-                                       const float *rstd, int N, int T, int C, const fsdp_dropout *drop);
+                                       const float *rstd, int N, int T, int C, const fsdp_dropout *drop,
+                                       float *dx_amax);
 
     /* gateup[N, 2F] = [gate | up] per row; out[N,F] = silu(gate) * up. */
     void (*swiglu_forward)(fsdp_backend *be, void *out, const void *gateup, int N, int F, float *out_amax);

@@ -582,11 +582,12 @@ static void cpu_rmsnorm_forward_op(fsdp_backend *be, void *out, float *rstd, con
 }
 
 static void cpu_rmsnorm_backward_op(fsdp_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
-                                    const void *w, const float *rstd, int N, int C) {
+                                    const void *w, const float *rstd, int N, int C, float *dinp_amax) {
     progress(be);
     cpu_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
     round_if(ACT(be), dinp, (size_t)N * C);
     round_if(GRAD(be), dw, (size_t)C);
+    report_amax(dinp_amax, dinp, N, C);
 }
 
 static void cpu_layernorm_forward_op(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
@@ -599,12 +600,13 @@ static void cpu_layernorm_forward_op(fsdp_backend *be, void *out, float *mean, f
 
 static void cpu_layernorm_backward_op(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
                                       const void *inp, const void *w, const float *mean, const float *rstd, int N,
-                                      int C) {
+                                      int C, float *dinp_amax) {
     progress(be);
     cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     round_if(ACT(be), dinp, (size_t)N * C);
     round_if(GRAD(be), dw, (size_t)C);
     round_if(GRAD(be), db, (size_t)C);
+    report_amax(dinp_amax, dinp, N, C);
 }
 
 static void cpu_matmul_forward_op(fsdp_backend *be, void *out, const void *inp, const void *w, const void *bias,
@@ -661,10 +663,12 @@ static void cpu_rope_forward_op(fsdp_backend *be, void *qkv, const float *cs, in
     round_if(ACT(be), qkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
 }
 
-static void cpu_rope_backward_op(fsdp_backend *be, void *dqkv, const float *cs, int B, int T, int Hq, int Hkv, int D) {
+static void cpu_rope_backward_op(fsdp_backend *be, void *dqkv, const float *cs, int B, int T, int Hq, int Hkv, int D,
+                                 float *dqkv_amax) {
     progress(be);
     cpu_rope_backward(dqkv, cs, B, T, Hq, Hkv, D);
     round_if(ACT(be), dqkv, (size_t)B * T * (Hq + 2 * Hkv) * D);
+    report_amax(dqkv_amax, dqkv, B * T, (Hq + 2 * Hkv) * D);
 }
 
 static void cpu_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
@@ -749,16 +753,19 @@ static void cpu_layernorm_dropout_forward_op(fsdp_backend *be, void *res_out, vo
 
 static void cpu_rmsnorm_dropout_backward_op(fsdp_backend *be, void *dinp, void *dx, void *dw, const void *dout,
                                             const void *inp, const void *w, const float *rstd, int N, int T, int C,
-                                            const fsdp_dropout *drop) {
-    cpu_rmsnorm_backward_op(be, dinp, dw, dout, inp, w, rstd, N, C);
+                                            const fsdp_dropout *drop, float *dx_amax) {
+    cpu_rmsnorm_backward_op(be, dinp, dw, dout, inp, w, rstd, N, C, NULL);
     cpu_dropout_backward_op(be, dx, dinp, N, T, C, drop);
+    report_amax(dx_amax, dx, N, C);
 }
 
 static void cpu_layernorm_dropout_backward_op(fsdp_backend *be, void *dinp, void *dx, void *dw, void *db,
                                               const void *dout, const void *inp, const void *w, const float *mean,
-                                              const float *rstd, int N, int T, int C, const fsdp_dropout *drop) {
-    cpu_layernorm_backward_op(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+                                              const float *rstd, int N, int T, int C, const fsdp_dropout *drop,
+                                              float *dx_amax) {
+    cpu_layernorm_backward_op(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C, NULL);
     cpu_dropout_backward_op(be, dx, dinp, N, T, C, drop);
+    report_amax(dx_amax, dx, N, C);
 }
 
 static void cpu_swiglu_forward_op(fsdp_backend *be, void *out, const void *gateup, int N, int F, float *out_amax) {

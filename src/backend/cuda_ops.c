@@ -89,10 +89,10 @@ static void cuda_rmsnorm_forward(fsdp_backend *be, void *out, float *rstd, const
 }
 
 static void cuda_rmsnorm_backward(fsdp_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
-                                  const void *w, const float *rstd, int N, int C) {
+                                  const void *w, const float *rstd, int N, int C, float *dinp_amax) {
     float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_norm_backward_scratch(N, C));
     fsdp_cuda_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, be->act_dtype, be->grad_dtype, scratch,
-                               compute_stream(be));
+                               compute_stream(be), dinp_amax);
 }
 
 static void cuda_layernorm_forward(fsdp_backend *be, void *out, float *mean, float *rstd, const void *inp,
@@ -101,10 +101,11 @@ static void cuda_layernorm_forward(fsdp_backend *be, void *out, float *mean, flo
 }
 
 static void cuda_layernorm_backward(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
-                                    const void *inp, const void *w, const float *mean, const float *rstd, int N, int C) {
+                                    const void *inp, const void *w, const float *mean, const float *rstd, int N, int C,
+                                    float *dinp_amax) {
     float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_norm_backward_scratch(N, C));
     fsdp_cuda_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, be->act_dtype, be->grad_dtype, scratch,
-                                 compute_stream(be));
+                                 compute_stream(be), dinp_amax);
 }
 
 /* out[N,OC] = inp[N,C] W^T: in column-major terms out^T[OC,N] = W (stored C x OC, transposed) x inp^T. */
@@ -142,8 +143,9 @@ static void cuda_rope_forward(fsdp_backend *be, void *qkv, const float *cs, int 
     fsdp_cuda_rope_forward(qkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be));
 }
 
-static void cuda_rope_backward(fsdp_backend *be, void *dqkv, const float *cs, int B, int T, int Hq, int Hkv, int D) {
-    fsdp_cuda_rope_backward(dqkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be));
+static void cuda_rope_backward(fsdp_backend *be, void *dqkv, const float *cs, int B, int T, int Hq, int Hkv, int D,
+                               float *dqkv_amax) {
+    fsdp_cuda_rope_backward(dqkv, cs, B, T, Hq, Hkv, D, be->act_dtype, compute_stream(be), dqkv_amax);
 }
 
 static void cuda_swiglu_forward(fsdp_backend *be, void *out, const void *gateup, int N, int F, float *out_amax) {
@@ -188,18 +190,19 @@ static void cuda_layernorm_dropout_forward(fsdp_backend *be, void *res_out, void
 
 static void cuda_rmsnorm_dropout_backward(fsdp_backend *be, void *dinp, void *dx, void *dw, const void *dout,
                                           const void *inp, const void *w, const float *rstd, int N, int T, int C,
-                                          const fsdp_dropout *drop) {
+                                          const fsdp_dropout *drop, float *dx_amax) {
     float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_norm_backward_scratch(N, C));
     fsdp_cuda_rmsnorm_dropout_backward(dinp, dx, dw, dout, inp, w, rstd, N, T, C, drop, be->act_dtype,
-                                       be->grad_dtype, scratch, compute_stream(be));
+                                       be->grad_dtype, scratch, compute_stream(be), dx_amax);
 }
 
 static void cuda_layernorm_dropout_backward(fsdp_backend *be, void *dinp, void *dx, void *dw, void *db,
                                             const void *dout, const void *inp, const void *w, const float *mean,
-                                            const float *rstd, int N, int T, int C, const fsdp_dropout *drop) {
+                                            const float *rstd, int N, int T, int C, const fsdp_dropout *drop,
+                                            float *dx_amax) {
     float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_norm_backward_scratch(N, C));
     fsdp_cuda_layernorm_dropout_backward(dinp, dx, dw, db, dout, inp, w, mean, rstd, N, T, C, drop, be->act_dtype,
-                                         be->grad_dtype, scratch, compute_stream(be));
+                                         be->grad_dtype, scratch, compute_stream(be), dx_amax);
 }
 
 const fsdp_backend_ops fsdp_cuda_ops = {

@@ -47,15 +47,17 @@ void fsdp_cuda_add_rows(float *dst, int64_t window_start, int64_t window_len, co
 /* ---- norms ---- */
 void fsdp_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps,
                                fsdp_dtype act, cudaStream_t s, float *out_amax);
+/* The backwards' out_amax (NULL: none) gets max |dinp| as stored (the dropout variants: max |dx|),
+ * the amax of the output gradient of the projection before the norm. */
 void fsdp_cuda_rmsnorm_backward(void *dinp, void *dweight, const void *dout, const void *inp, const void *weight,
                                 const float *rstd, int N, int C, fsdp_dtype act, fsdp_dtype grad, float *scratch,
-                                cudaStream_t s);
+                                cudaStream_t s, float *out_amax);
 void fsdp_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight,
                                  const void *bias, int N, int C, float eps, fsdp_dtype act, cudaStream_t s,
                                  float *out_amax);
 void fsdp_cuda_layernorm_backward(void *dinp, void *dweight, void *dbias, const void *dout, const void *inp,
                                   const void *weight, const float *mean, const float *rstd, int N, int C,
-                                  fsdp_dtype act, fsdp_dtype grad, float *scratch, cudaStream_t s);
+                                  fsdp_dtype act, fsdp_dtype grad, float *scratch, cudaStream_t s, float *out_amax);
 
 /* ---- bias gradients: dbias[OC] += sum over n of dout[n, OC] ---- */
 void fsdp_cuda_column_sum(void *dbias, const void *dout, int N, int OC, fsdp_dtype act, fsdp_dtype grad,
@@ -65,8 +67,10 @@ void fsdp_cuda_column_sum(void *dbias, const void *dout, int N, int OC, fsdp_dty
 void fsdp_cuda_relu_backward(void *d, const void *out, size_t n, fsdp_dtype act, cudaStream_t s);
 void fsdp_cuda_rope_forward(void *qkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D, fsdp_dtype act,
                             cudaStream_t s);
+/* out_amax (NULL: none): max |dqkv| as stored over all three parts, after the rotation (the value
+ * part is read for it). */
 void fsdp_cuda_rope_backward(void *dqkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D, fsdp_dtype act,
-                             cudaStream_t s);
+                             cudaStream_t s, float *out_amax);
 void fsdp_cuda_swiglu_forward(void *out, const void *gateup, int N, int F, fsdp_dtype act, cudaStream_t s,
                               float *out_amax);
 void fsdp_cuda_swiglu_backward(void *dgateup, const void *dout, const void *gateup, int N, int F, fsdp_dtype act,
@@ -120,11 +124,11 @@ void fsdp_cuda_layernorm_dropout_forward(void *res_out, void *out, float *mean, 
 void fsdp_cuda_rmsnorm_dropout_backward(void *dinp, void *dx, void *dweight, const void *dout, const void *inp,
                                         const void *weight, const float *rstd, int N, int T, int C,
                                         const fsdp_dropout *drop, fsdp_dtype act, fsdp_dtype grad, float *scratch,
-                                        cudaStream_t s);
+                                        cudaStream_t s, float *out_amax);
 void fsdp_cuda_layernorm_dropout_backward(void *dinp, void *dx, void *dweight, void *dbias, const void *dout,
                                           const void *inp, const void *weight, const float *mean, const float *rstd,
                                           int N, int T, int C, const fsdp_dropout *drop, fsdp_dtype act,
-                                          fsdp_dtype grad, float *scratch, cudaStream_t s);
+                                          fsdp_dtype grad, float *scratch, cudaStream_t s, float *out_amax);
 
 /* ---- attention (src/kernels/cuda/attention_*) ---- */
 /* Flash: causal, grouped-query, never materialises T x T. qkv[B,T,(Hq+2Hkv)*D]; out[B,T,Hq*D];

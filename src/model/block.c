@@ -41,12 +41,12 @@ void fsdp_block_norm(const fsdp_block_ctx *k, void *out, float *mean, float *rst
 }
 
 void fsdp_block_norm_backward(const fsdp_block_ctx *k, void *dinp, void *dw, void *db, const void *dout,
-                              const void *inp, const void *w, const float *mean, const float *rstd) {
+                              const void *inp, const void *w, const float *mean, const float *rstd, float *dinp_amax) {
     fsdp_backend *be = k->be;
     if (k->kind.rms)
-        be->ops->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, k->N, k->C);
+        be->ops->rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, k->N, k->C, dinp_amax);
     else
-        be->ops->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, k->N, k->C);
+        be->ops->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, k->N, k->C, dinp_amax);
 }
 
 void fsdp_block_norm_dropout(const fsdp_block_ctx *k, void *res_out, void *out, float *mean, float *rstd,
@@ -63,12 +63,13 @@ void fsdp_block_norm_dropout(const fsdp_block_ctx *k, void *res_out, void *out, 
 
 void fsdp_block_norm_dropout_backward(const fsdp_block_ctx *k, void *dinp, void *dx, void *dw, void *db,
                                       const void *dout, const void *inp, const void *w, const float *mean,
-                                      const float *rstd, const fsdp_dropout *drop) {
+                                      const float *rstd, const fsdp_dropout *drop, float *dx_amax) {
     fsdp_backend *be = k->be;
     if (k->kind.rms)
-        be->ops->rmsnorm_dropout_backward(be, dinp, dx, dw, dout, inp, w, rstd, k->N, k->T, k->C, drop);
+        be->ops->rmsnorm_dropout_backward(be, dinp, dx, dw, dout, inp, w, rstd, k->N, k->T, k->C, drop, dx_amax);
     else
-        be->ops->layernorm_dropout_backward(be, dinp, dx, dw, db, dout, inp, w, mean, rstd, k->N, k->T, k->C, drop);
+        be->ops->layernorm_dropout_backward(be, dinp, dx, dw, db, dout, inp, w, mean, rstd, k->N, k->T, k->C, drop,
+                                            dx_amax);
 }
 
 void fsdp_block_qkv(const fsdp_block_ctx *k, fsdp_block_acts *a, const fsdp_block_params *w) {

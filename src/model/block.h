@@ -65,7 +65,7 @@ typedef struct {
 
 /* Per product with tensorwise FP8: the amax of its input and weight that its forward saves for its
  * backward (fsdp_fp8_amax.saved, the input's reported by the norm or SwiGLU that wrote it), then its
- * output gradient's as SwiGLU's backward reports it. */
+ * output gradient's as the op that wrote it reports it (SwiGLU's, a norm's or rotary's backward). */
 #define FSDP_BLOCK_AMAX (FSDP_FP8_SAVED_AMAX + 1)
 
 /* Where the producer of product p's input reports its amax (NULL: nowhere). */
@@ -109,15 +109,18 @@ void fsdp_block_linear_backward(const fsdp_block_ctx *k, void *dinp, void *dw, v
 /* The block's norm (RMSNorm or LayerNorm) of ctx->N rows; out_amax as backend.h's (NULL: none). */
 void fsdp_block_norm(const fsdp_block_ctx *k, void *out, float *mean, float *rstd, const void *inp, const void *w,
                      const void *b, float *out_amax);
+/* dinp_amax: where the projection whose output gradient dinp is wants its amax
+ * (fsdp_block_grad_amax; NULL: none). */
 void fsdp_block_norm_backward(const fsdp_block_ctx *k, void *dinp, void *dw, void *db, const void *dout,
-                              const void *inp, const void *w, const float *mean, const float *rstd);
-/* res_out = residual + dropped x, then its norm (the fused backend ops), and the backward. */
+                              const void *inp, const void *w, const float *mean, const float *rstd, float *dinp_amax);
+/* res_out = residual + dropped x, then its norm (the fused backend ops), and the backward (dx_amax:
+ * as dinp_amax, of dx, the dropped branch gradient the projection reads). */
 void fsdp_block_norm_dropout(const fsdp_block_ctx *k, void *res_out, void *out, float *mean, float *rstd,
                              const void *residual, const void *x, const void *w, const void *b,
                              const fsdp_dropout *drop, float *out_amax);
 void fsdp_block_norm_dropout_backward(const fsdp_block_ctx *k, void *dinp, void *dx, void *dw, void *db,
                                       const void *dout, const void *inp, const void *w, const float *mean,
-                                      const float *rstd, const fsdp_dropout *drop);
+                                      const float *rstd, const fsdp_dropout *drop, float *dx_amax);
 
 /* q|k|v from ln1: the product, the family's qk_norm, rotary. */
 void fsdp_block_qkv(const fsdp_block_ctx *k, fsdp_block_acts *a, const fsdp_block_params *w);

@@ -118,9 +118,10 @@ static void norm_forward(fsdp_model *m, void *out, float *mean, float *rstd, con
     fsdp_block_norm(&m->blk, out, mean, rstd, inp, w, b, out_amax);
 }
 
+/* dinp_amax (NULL: none): where the projection whose output gradient dinp becomes wants its amax. */
 static void norm_backward(fsdp_model *m, void *dinp, void *dw, void *db, const void *dout, const void *inp,
-                          const void *w, const float *mean, const float *rstd) {
-    fsdp_block_norm_backward(&m->blk, dinp, dw, db, dout, inp, w, mean, rstd);
+                          const void *w, const float *mean, const float *rstd, float *dinp_amax) {
+    fsdp_block_norm_backward(&m->blk, dinp, dw, db, dout, inp, w, mean, rstd, dinp_amax);
 }
 
 /* res_out = residual + dropped x, then the norm of res_out (the fused backend ops). */
@@ -130,11 +131,12 @@ static void norm_dropout_forward(fsdp_model *m, void *res_out, void *out, float 
     fsdp_block_norm_dropout(&m->blk, res_out, out, mean, rstd, residual, x, w, b, drop, out_amax);
 }
 
-/* The norm's backward (dinp +=) and then dx = the dropped dinp: the gradient of the branch. */
+/* The norm's backward (dinp +=) and then dx = the dropped dinp: the gradient of the branch (dx_amax:
+ * as norm_backward's, of dx). */
 static void norm_dropout_backward(fsdp_model *m, void *dinp, void *dx, void *dw, void *db, const void *dout,
                                   const void *inp, const void *w, const float *mean, const float *rstd,
-                                  const fsdp_dropout *drop) {
-    fsdp_block_norm_dropout_backward(&m->blk, dinp, dx, dw, db, dout, inp, w, mean, rstd, drop);
+                                  const fsdp_dropout *drop, float *dx_amax) {
+    fsdp_block_norm_dropout_backward(&m->blk, dinp, dx, dw, db, dout, inp, w, mean, rstd, drop, dx_amax);
 }
 
 static void *layer_output(fsdp_model *m, int layer) {
@@ -266,13 +268,15 @@ static void head_pass(fsdp_model *m, const void *head_params, void *head_grads, 
     }
     be->ops->sum(be, loss_sum, m->losses, (size_t)m->N, be->compute);
     if (!backward) return;
-    /* The norm's backward adds into the residual gradient, which starts here. */
+    /* The norm's backward adds into the residual gradient, which starts here; what it writes is the
+     * output gradient of the last layer's MLP projection, whose amax it reports. */
     be->runtime->zero(be, m->dres, (size_t)m->N * m->C * m->ae, be->compute);
+    float *mlp_out_amax = fsdp_block_grad_amax(&m->layers[L - 1], FSDP_PRODUCT_MLP_OUT);
     if (drop) /* and the last layer's MLP output gets its dropped share, in dbranch */
         norm_dropout_backward(m, m->dres, m->dbranch, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean,
-                              m->lnf_rstd, drop);
+                              m->lnf_rstd, drop, mlp_out_amax);
     else
-        norm_backward(m, m->dres, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean, m->lnf_rstd);
+        norm_backward(m, m->dres, dnormw, dnormb, m->dln, m->res_out, normw, m->lnf_mean, m->lnf_rstd, mlp_out_amax);
 }
 
 void fsdp_model_head(fsdp_model *m, const void *head_params, void *head_grads, const void *embed_params,
@@ -300,43 +304,55 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
      * gradient that the following norm's backward wrote (for the MLP: the next unit's). */
     const void *dbranch = dropping ? m->dbranch : m->dres;
 
-    /* MLP: dres is d(layer output); the residual path passes it through unchanged. */
+    /* MLP: dres is d(layer output); the residual path passes it through unchanged. The amax of each
+     * product's output gradient comes from the op that wrote it: the following norm's backward (for
+     * the MLP's: the next layer's or the head's), SwiGLU's backward, rotary's backward. */
     if (m->swiglu) {
         fsdp_block_linear_backward(&m->blk, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C,
-                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 1, 0));
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 1, 1));
         be->ops->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F, fsdp_block_grad_amax(a, FSDP_PRODUCT_MLP_IN));
         fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, 2 * m->F,
                                    fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 1));
     } else {
         fsdp_block_linear_backward(&m->blk, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C,
-                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 0, 0));
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 0, 1));
         be->ops->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
         fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, m->F,
                                    fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 0));
     }
     if (dropping)
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean,
-                              a->ln2_rstd, dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT));
+                              a->ln2_rstd, dropout_at(m, &d_attn, m->rates.hidden, layer, FSDP_DROPOUT_ATTN_OUT),
+                              fsdp_block_grad_amax(a, FSDP_PRODUCT_O));
     else
-        norm_backward(m, m->dres, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean, a->ln2_rstd);
+        norm_backward(m, m->dres, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean, a->ln2_rstd,
+                      fsdp_block_grad_amax(a, FSDP_PRODUCT_O));
 
     /* Attention: dres is now d(res_mid). */
     fsdp_block_linear_backward(&m->blk, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, m->Q, C,
-                               fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 0));
+                               fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 1));
     be->ops->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
                                 m->Hkv, m->D, m->blk.kind.window,
                                 dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
-    if (m->rope) be->ops->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D);
+    /* Rotary's backward reports dqkv's amax unless the per-head norms' backward writes dqkv after it. */
+    const int rope_reports = m->rope && !m->blk.kind.qk_norm;
+    if (m->rope)
+        be->ops->rope_backward(be, m->dqkv, m->cos_sin, m->B, m->T, m->Hq, m->Hkv, m->D,
+                               rope_reports ? fsdp_block_grad_amax(a, FSDP_PRODUCT_QKV) : NULL);
     if (m->blk.kind.qk_norm) /* through the per-head norms, in place: dqkv becomes d(q|k|v before them) */
         be->ops->qk_norm_backward(be, m->dqkv, g.qnorm, g.knorm, m->dqkv, a->qkv_in, w.qnorm, w.knorm, a->qk_rstd, N,
                                   m->Hq, m->Hkv, m->D);
     fsdp_block_linear_backward(&m->blk, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, C, m->QKV,
-                               fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, 0));
+                               fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, rope_reports));
+    /* What this norm's backward writes is the previous layer's MLP output gradient. */
+    float *prev_mlp_out_amax = layer > 0 ? fsdp_block_grad_amax(&m->layers[layer - 1], FSDP_PRODUCT_MLP_OUT) : NULL;
     if (dropping && layer > 0) /* the previous layer's MLP output gets its dropped share */
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean,
-                              a->ln1_rstd, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT));
+                              a->ln1_rstd, dropout_at(m, &d_mlp, m->rates.hidden, layer - 1, FSDP_DROPOUT_MLP_OUT),
+                              prev_mlp_out_amax);
     else
-        norm_backward(m, m->dres, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean, a->ln1_rstd);
+        norm_backward(m, m->dres, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean, a->ln1_rstd,
+                      prev_mlp_out_amax);
 }
 
 int fsdp_model_embed_grad_rows(fsdp_model *m, fsdp_row_set sets[FSDP_MAX_ROW_SETS], const void **values, int *count,

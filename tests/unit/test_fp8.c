@@ -409,8 +409,34 @@ static void test_reported_amax(void) {
     be->ops->swiglu_backward(be, act, dy, gu, N, F, &amax);
     check_that(amax == max_abs(act, (size_t)N * 2 * F) && amax > 0, "swiglu_backward reports max |dgateup| (%g)",
                amax);
+    /* the backwards: the norms' dinp (+=) and dropped dx, rotary's whole dqkv (the value part unrotated) */
+    float *dw = xmalloc(C * 4), *db = xmalloc(C * 4), *dx = xmalloc((size_t)N * C * 4), *dyc = rand_matrix(N, C, 1.0f);
+    memset(dw, 0, C * 4), memset(db, 0, C * 4);
+    memcpy(out, res, (size_t)N * C * 4);
+    amax = -1.0f;
+    be->ops->rmsnorm_backward(be, out, dw, dyc, x, w, rstd, N, C, &amax);
+    check_that(amax == max_abs(out, (size_t)N * C) && amax > 0, "rmsnorm_backward reports max |dinp| (%g)", amax);
+    amax = -1.0f;
+    be->ops->layernorm_backward(be, out, dw, db, dyc, x, w, mean, rstd, N, C, &amax);
+    check_that(amax == max_abs(out, (size_t)N * C) && amax > 0, "layernorm_backward reports max |dinp| (%g)", amax);
+    amax = -1.0f;
+    be->ops->rmsnorm_dropout_backward(be, out, dx, dw, dyc, x, w, rstd, N, N, C, &d, &amax);
+    check_that(amax == max_abs(dx, (size_t)N * C) && amax > 0 && amax != max_abs(out, (size_t)N * C),
+               "rmsnorm_dropout_backward reports max |dx| (%g)", amax);
+    const int T = 4, Hq = 2, Hkv = 1, D = 8, W = (Hq + 2 * Hkv) * D; /* N / T = 4 sequences of 4 */
+    float *cs = xmalloc((size_t)T * D * 4), *qkv = rand_matrix(N, W, 1.0f);
+    for (int i = 0; i < T * D; i++) cs[i] = i % 2 ? 0.6f : 0.8f; /* cos 0.8, sin 0.6 */
+    qkv[5 * W + W - 3] = 9.0f; /* the largest element in the value part */
+    amax = -1.0f;
+    be->ops->rope_backward(be, qkv, cs, N / T, T, Hq, Hkv, D, &amax);
+    check_that(amax == max_abs(qkv, (size_t)N * W) && amax == 9.0f, "rope_backward reports max |dqkv| (%g)", amax);
+    qkv[5 * W + W - 3] = 0.0f;
+    amax = -1.0f;
+    be->ops->rope_backward(be, qkv, cs, N / T, T, Hq, Hkv, D, &amax);
+    check_that(amax == max_abs(qkv, (size_t)N * W) && amax > 0, "rope_backward reports max |dqkv| after it (%g)",
+               amax);
     free(x), free(w), free(b), free(res), free(gu), free(dy), free(out), free(res_out), free(mean), free(rstd);
-    free(act);
+    free(act), free(dw), free(db), free(dx), free(dyc), free(cs), free(qkv);
     be->runtime->destroy(be);
 }
 

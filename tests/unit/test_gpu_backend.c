@@ -136,11 +136,11 @@ static void test_norm(int llama, int N, int C) {
     void *ddw = upload(dw0, C, GRAD), *ddb = upload(db0, C, GRAD);
     /* Both sides use the GPU's saved statistics' CPU twins: recompute on the CPU from its own. */
     if (llama) {
-        cpu->ops->rmsnorm_backward(cpu, dxc, dwc, dy, x, w, rstd, N, C);
-        gpu->ops->rmsnorm_backward(gpu, ddx, ddw, ddy, dx, dw, drstd, N, C);
+        cpu->ops->rmsnorm_backward(cpu, dxc, dwc, dy, x, w, rstd, N, C, NULL);
+        gpu->ops->rmsnorm_backward(gpu, ddx, ddw, ddy, dx, dw, drstd, N, C, NULL);
     } else {
-        cpu->ops->layernorm_backward(cpu, dxc, dwc, dbc, dy, x, w, mean, rstd, N, C);
-        gpu->ops->layernorm_backward(gpu, ddx, ddw, ddb, ddy, dx, dw, dmean, drstd, N, C);
+        cpu->ops->layernorm_backward(cpu, dxc, dwc, dbc, dy, x, w, mean, rstd, N, C, NULL);
+        gpu->ops->layernorm_backward(gpu, ddx, ddw, ddb, ddy, dx, dw, dmean, drstd, N, C, NULL);
     }
     snprintf(name, sizeof name, "%s bwd dinp (+=)", kind);
     compare(name, dxc, ddx, (size_t)N * C, ACT, tolerance());
@@ -257,11 +257,11 @@ static void test_dropout_ops(int llama, int B, int T, int C, double p) {
     void *ddy = upload(dy, n, ACT), *ddinp = upload(dinp0, n, ACT), *ddw = upload(dw0, C, GRAD);
     void *ddb = upload(db0, C, GRAD), *ddx = poisoned(n, ACT);
     if (llama) {
-        cpu->ops->rmsnorm_dropout_backward(cpu, dinp, dxc, dwc, dy, ro, w, rstd, N, T, C, &drop);
-        gpu->ops->rmsnorm_dropout_backward(gpu, ddinp, ddx, ddw, ddy, dro, dw, drstd, N, T, C, &drop);
+        cpu->ops->rmsnorm_dropout_backward(cpu, dinp, dxc, dwc, dy, ro, w, rstd, N, T, C, &drop, NULL);
+        gpu->ops->rmsnorm_dropout_backward(gpu, ddinp, ddx, ddw, ddy, dro, dw, drstd, N, T, C, &drop, NULL);
     } else {
-        cpu->ops->layernorm_dropout_backward(cpu, dinp, dxc, dwc, dbc, dy, ro, w, mean, rstd, N, T, C, &drop);
-        gpu->ops->layernorm_dropout_backward(gpu, ddinp, ddx, ddw, ddb, ddy, dro, dw, dmean, drstd, N, T, C, &drop);
+        cpu->ops->layernorm_dropout_backward(cpu, dinp, dxc, dwc, dbc, dy, ro, w, mean, rstd, N, T, C, &drop, NULL);
+        gpu->ops->layernorm_dropout_backward(gpu, ddinp, ddx, ddw, ddb, ddy, dro, dw, dmean, drstd, N, T, C, &drop, NULL);
     }
     snprintf(name, sizeof name, "%s_dropout bwd dinp (+=)", kind);
     compare(name, dinp, ddinp, n, ACT, tolerance());
@@ -335,8 +335,8 @@ static void test_pointwise(int N, int C, int F, int T, int Hq, int Hkv, int D, i
     cpu->ops->rope_forward(cpu, q, cs, B, T, Hq, Hkv, D);
     gpu->ops->rope_forward(gpu, dq, dcs, B, T, Hq, Hkv, D);
     compare("rope fwd (in place, v untouched)", q, dq, nq, ACT, tolerance());
-    cpu->ops->rope_backward(cpu, q, cs, B, T, Hq, Hkv, D);
-    gpu->ops->rope_backward(gpu, dq, dcs, B, T, Hq, Hkv, D);
+    cpu->ops->rope_backward(cpu, q, cs, B, T, Hq, Hkv, D, NULL);
+    gpu->ops->rope_backward(gpu, dq, dcs, B, T, Hq, Hkv, D, NULL);
     compare("rope bwd", q, dq, nq, ACT, tolerance());
 
     /* cross-entropy with an ignored row */

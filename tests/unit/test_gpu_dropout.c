@@ -239,14 +239,25 @@ static void test_norm_dropout(const norm_case *k) {
 
     dbuf ddy = dcopy(dy, n, t, 0), ddinp = dcopy(dinp0, n, t, 0), ddw = dcopy(dw0, C, k->grad, 0);
     dbuf ddb = dcopy(db0, C, k->grad, 0), ddx = dalloc(n, t, 0);
-    float *scratch;
+    float *scratch, *d_am, am = NAN;
     CK(cudaMalloc((void **)&scratch, fsdp_cuda_norm_backward_scratch(N, C) + 16));
+    CK(cudaMalloc((void **)&d_am, sizeof(float)));
+    CK(cudaMemcpy(d_am, &am, sizeof am, cudaMemcpyHostToDevice)); /* poisoned: the op must set it */
     if (k->layer)
         fsdp_cuda_layernorm_dropout_backward(ddinp.p, ddx.p, ddw.p, k->bias ? ddb.p : NULL, ddy.p, dro.p, dw.p, dmean.p,
-                                             drstd.p, N, k->T, C, &d, t, k->grad, scratch, 0);
+                                             drstd.p, N, k->T, C, &d, t, k->grad, scratch, 0, d_am);
     else
         fsdp_cuda_rmsnorm_dropout_backward(ddinp.p, ddx.p, ddw.p, ddy.p, dro.p, dw.p, drstd.p, N, k->T, C, &d, t,
-                                           k->grad, scratch, 0);
+                                           k->grad, scratch, 0, d_am);
+    {   /* the reported amax is max |dx| as stored, exactly (what the FP8 cast of dx would measure) */
+        float *gx = dbuf_download(&ddx), want = 0.0f;
+        for (size_t i = 0; i < n; i++) want = fmaxf(want, fabsf(gx[i]));
+        CK(cudaMemcpy(&am, d_am, sizeof am, cudaMemcpyDeviceToHost));
+        check_that(am == want, "%-44s %-40s reported amax %.9g (max |dx| %.9g)", g_case, "fused backward dx amax", am,
+                   want);
+        free(gx);
+        CK(cudaFree(d_am));
+    }
     check_vals("fused backward dinp (+=)", &ddinp, ref_dinp, tol(t, 1));
     check_vals("fused backward dweight (+=)", &ddw, ref_dw, tol(k->grad, 1));
     if (k->layer && k->bias) check_vals("fused backward dbias (+=)", &ddb, ref_db, tol(k->grad, 1));

@@ -235,12 +235,15 @@ static void test_rmsnorm(int N, int C) {
             float *dwt = hrand((size_t)C, 0.5f * sqrtf((float)N), grad);
             void *d_dout = dcopy(dout, nc, act), *d_dinp = dcopy(dinp, nc, act), *d_dw = dcopy(dwt, (size_t)C, grad);
             void *d_dinp2 = dcopy(dinp, nc, act), *d_dw2 = dcopy(dwt, (size_t)C, grad);
+            float *d_bam = dnan(1, FSDP_F32);
             cpu_rmsnorm_backward(dinp, dwt, dout, x, w, rstd, N, C);
-            fsdp_cuda_rmsnorm_backward(d_dinp, d_dw, d_dout, dx, dw, drstd, N, C, act, grad, scratch, 0);
-            fsdp_cuda_rmsnorm_backward(d_dinp2, d_dw2, d_dout, dx, dw, drstd, N, C, act, grad, scratch, 0);
+            fsdp_cuda_rmsnorm_backward(d_dinp, d_dw, d_dout, dx, dw, drstd, N, C, act, grad, scratch, 0, d_bam);
+            fsdp_cuda_rmsnorm_backward(d_dinp2, d_dw2, d_dout, dx, dw, drstd, N, C, act, grad, scratch, 0, NULL);
             float *g_dinp = hget(d_dinp, nc, act), *g_dw = hget(d_dw, (size_t)C, grad);
             const char *m = mode2("act", act, "grad", grad);
             check("rmsnorm_backward dinp", m, sz, g_dinp, dinp, nc, tol_for(bf, 1));
+            check_amax("rmsnorm_backward dinp", m, sz, d_bam, g_dinp, nc);
+            dfree(d_bam);
             check("rmsnorm_backward dweight", m, sz, g_dw, dwt, (size_t)C, tol_for(bfg, 1));
             check_bitwise("rmsnorm_backward dweight", m, sz, d_dw, d_dw2, (size_t)C * esz(grad));
             free(g_dinp), free(g_dw), free(dout), free(dinp), free(dwt);
@@ -292,13 +295,17 @@ static void test_layernorm(int N, int C, int with_bias) {
             void *d_dout = dcopy(dout, nc, act), *d_dinp = dcopy(dinp, nc, act), *d_dw = dcopy(dwt, (size_t)C, grad);
             void *d_dinp2 = dcopy(dinp, nc, act), *d_dw2 = dcopy(dwt, (size_t)C, grad);
             void *d_db = dbs ? dcopy(dbs, (size_t)C, grad) : NULL, *d_db2 = dbs ? dcopy(dbs, (size_t)C, grad) : NULL;
+            float *d_bam = dnan(1, FSDP_F32);
             cpu_layernorm_backward(dinp, dwt, dbs, dout, x, w, mean, rstd, N, C);
-            fsdp_cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout, dx, dw, dmean, drstd, N, C, act, grad, scratch, 0);
+            fsdp_cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout, dx, dw, dmean, drstd, N, C, act, grad, scratch, 0,
+                                         d_bam);
             fsdp_cuda_layernorm_backward(d_dinp2, d_dw2, d_db2, d_dout, dx, dw, dmean, drstd, N, C, act, grad, scratch,
-                                         0);
+                                         0, NULL);
             const char *m = mode2("act", act, "grad", grad);
             float *g_dinp = hget(d_dinp, nc, act), *g_dw = hget(d_dw, (size_t)C, grad);
             check("layernorm_backward dinp", m, sz, g_dinp, dinp, nc, tol_for(bf, 1));
+            check_amax("layernorm_backward dinp", m, sz, d_bam, g_dinp, nc);
+            dfree(d_bam);
             check("layernorm_backward dweight", m, sz, g_dw, dwt, (size_t)C, tol_for(bfg, 1));
             check_bitwise("layernorm_backward dweight", m, sz, d_dw, d_dw2, (size_t)C * esz(grad));
             if (dbs) {
@@ -387,16 +394,21 @@ static void test_rope(int B, int T, int Hq, int Hkv, int D) {
         fsdp_dtype act = DT[ai];
         for (int dir = 0; dir < 2; dir++) {
             float *qkv = hrand(n, 1.0f, act);
+            /* The backward's amax covers the value part it does not rotate: its largest element is there. */
+            if (dir == 1) qkv[n - 1 - (size_t)D / 3] = 3.5f;
             void *d = dcopy(qkv, n, act);
+            float *d_am = dnan(1, FSDP_F32);
             if (dir == 0) {
                 cpu_rope_forward(qkv, cs, B, T, Hq, Hkv, D);
                 fsdp_cuda_rope_forward(d, dcs, B, T, Hq, Hkv, D, act, 0);
             } else {
                 cpu_rope_backward(qkv, cs, B, T, Hq, Hkv, D);
-                fsdp_cuda_rope_backward(d, dcs, B, T, Hq, Hkv, D, act, 0);
+                fsdp_cuda_rope_backward(d, dcs, B, T, Hq, Hkv, D, act, 0, d_am);
             }
             float *got = hget(d, n, act);
             check(dir ? "rope_backward" : "rope_forward", mode1(act), sz, got, qkv, n, tol_for(act == FSDP_BF16, 0));
+            if (dir == 1) check_amax("rope_backward dqkv", mode1(act), sz, d_am, got, n);
+            dfree(d_am);
             free(got), free(qkv);
             dfree(d);
         }

@@ -201,6 +201,14 @@ static __device__ __forceinline__ unsigned drop_bits8(const fsdp_dropout &d, int
  * a NaN's bits exceed every number's, so a NaN makes the amax NaN). */
 static __device__ __forceinline__ unsigned amax_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
 
+/* max over e < E of |v[e]| as stored (rounded to bf16 when bf16), as amax bits. */
+static __device__ __forceinline__ unsigned stored_amax(const float *v, int E, int bf16) {
+    unsigned m = 0u;
+#pragma unroll
+    for (int e = 0; e < E; e++) m = max(m, amax_bits(bf16 ? round_bf16(v[e]) : v[e]));
+    return m;
+}
+
 /* *amax (bits, zeroed before the kernel) = max(*amax, the warp's largest v): the report of a tensor's
  * amax by the kernel that writes it (tensorwise FP8), so that no pass over memory measures it again.
  * One atomic per warp at most, and none once the running maximum is as large, which after the

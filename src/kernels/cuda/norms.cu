@@ -371,12 +371,13 @@ static __device__ __forceinline__ float2 norm_bwd_row_coefs(float s1, float s2, 
 template <int LN, int BF16, int DROP>
 static __device__ __forceinline__ void norm_bwd_vec(void *dinp, float *part, const void *dout, const void *inp,
                                                     const void *weight, const float *mean, const float *rstd, int N,
-                                                    int C, int rows, const norm_drop &nd) {
+                                                    int C, int rows, unsigned *amax, const norm_drop &nd) {
     __shared__ float sh[LN ? 64 : 32];
     int nch = C / 8, t = threadIdx.x, tpr = blockDim.x;
     int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
     fsdp_raw8 wr[BWD_K], xr[BWD_K], dr[BWD_K];
     float accw[BWD_K][8], accb[BWD_K][8]; /* accb: LayerNorm's bias gradient */
+    unsigned am = 0u; /* of dinp as stored, or with DROP of dx */
 #pragma unroll
     for (int k = 0; k < BWD_K; k++) {
         int j = t + k * tpr;
@@ -453,6 +454,9 @@ static __device__ __forceinline__ void norm_bwd_vec(void *dinp, float *part, con
                     float g[8];
                     dropout_grad8(g, di, bits[k], nd.active ? nd.d.scale : 1.0f, BF16);
                     st8(nd.dx, base + j, BF16, g);
+                    if (amax) am = max(am, stored_amax(g, 8, BF16));
+                } else if (amax) {
+                    am = max(am, stored_amax(di, 8, BF16));
                 }
                 xr[k] = nx[k];
                 dr[k] = nd_[k];
@@ -467,27 +471,29 @@ static __device__ __forceinline__ void norm_bwd_vec(void *dinp, float *part, con
             if (LN) st8(part, (size_t)(gridDim.x + blockIdx.x) * nch + j, 0, accb[k]);
         }
     }
+    if (amax) warp_amax_report(amax, am);
 }
 #define NORM_BWD_ARGS                                                                                                  \
     void *dinp, float *part, const void *dout, const void *inp, const void *weight, const float *mean,               \
-        const float *rstd, int N, int C, int rows
+        const float *rstd, int N, int C, int rows, unsigned *amax
 template <int LN, int BF16>
 static __global__ void __launch_bounds__(BF16 ? BWD_MAX_TPR : BWD_MAX_TPR_F32) norm_bwd_vec_kernel(NORM_BWD_ARGS) {
     const norm_drop none{};
-    norm_bwd_vec<LN, BF16, 0>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, none);
+    norm_bwd_vec<LN, BF16, 0>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, amax, none);
 }
 template <int LN, int BF16>
 static __global__ void __launch_bounds__(BF16 ? BWD_MAX_TPR : BWD_MAX_TPR_F32)
     norm_bwd_drop_vec_kernel(NORM_BWD_ARGS, const norm_drop nd) {
-    norm_bwd_vec<LN, BF16, 1>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, nd);
+    norm_bwd_vec<LN, BF16, 1>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, amax, nd);
 }
 
 /* Generic: the block's scratch rows are its accumulators (each column belongs to one thread). */
 template <int LN, int DROP>
 static __device__ __forceinline__ void norm_bwd_gen(void *dinp, float *part, const void *dout, const void *inp,
                                                     const void *weight, const float *mean, const float *rstd, int N,
-                                                    int C, int rows, int bf16, const norm_drop &nd) {
+                                                    int C, int rows, int bf16, unsigned *amax, const norm_drop &nd) {
     __shared__ float sh[LN ? 64 : 32];
+    unsigned am = 0u; /* of dinp as stored, or with DROP of dx */
     int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
     float *accw = part + (size_t)blockIdx.x * C, *accb = part + (size_t)(gridDim.x + blockIdx.x) * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -526,24 +532,28 @@ static __device__ __forceinline__ void norm_bwd_gen(void *dinp, float *part, con
                 const int keep = !nd.active || fsdp_dropout_keep_row(&nd.d, row, nd.T, C, c);
                 const float g = keep ? (bf16 ? round_bf16(di) : di) * (nd.active ? nd.d.scale : 1.0f) : 0.0f;
                 st1(nd.dx, base + c, bf16, g);
+                if (amax) am = max(am, stored_amax(&g, 1, bf16));
+            } else if (amax) {
+                am = max(am, stored_amax(&di, 1, bf16));
             }
         }
     }
+    if (amax) warp_amax_report(amax, am);
 }
 template <int LN>
 static __global__ void norm_bwd_gen_kernel(NORM_BWD_ARGS, int bf16) {
     const norm_drop none{};
     if (bf16)
-        norm_bwd_gen<LN, 0>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, 1, none);
+        norm_bwd_gen<LN, 0>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, 1, amax, none);
     else
-        norm_bwd_gen<LN, 0>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, 0, none);
+        norm_bwd_gen<LN, 0>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, 0, amax, none);
 }
 template <int LN>
 static __global__ void norm_bwd_drop_gen_kernel(NORM_BWD_ARGS, int bf16, const norm_drop nd) {
     if (bf16)
-        norm_bwd_gen<LN, 1>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, 1, nd);
+        norm_bwd_gen<LN, 1>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, 1, amax, nd);
     else
-        norm_bwd_gen<LN, 1>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, 0, nd);
+        norm_bwd_gen<LN, 1>(dinp, part, dout, inp, weight, mean, rstd, N, C, rows, 0, amax, nd);
 }
 
 static const char *const norm_bwd_names[2][2][2] = {
@@ -552,12 +562,15 @@ static const char *const norm_bwd_names[2][2][2] = {
     {{"layernorm_backward", "layernorm_backward_generic"},
      {"layernorm_dropout_backward", "layernorm_dropout_backward_generic"}}};
 
-/* RMSNorm (LN = 0) takes mean = dbias = NULL. */
+/* RMSNorm (LN = 0) takes mean = dbias = NULL. out_amax (NULL: none) gets max |dinp| as stored, or
+ * with nd max |dx|: what the projection whose output gradient it is reads (ops_cuda.h). */
 template <int LN>
 static void norm_backward(void *dinp, void *dweight, void *dbias, const void *dout, const void *inp, const void *weight,
                           const float *mean, const float *rstd, int N, int C, fsdp_dtype act, fsdp_dtype grad,
-                          float *scratch, cudaStream_t s, const norm_drop *nd) {
+                          float *scratch, cudaStream_t s, const norm_drop *nd, float *out_amax) {
+    fsdp_cuda_amax_reset(out_amax, s, norm_bwd_names[LN][nd != NULL][0]);
     if (N <= 0 || C <= 0) return;
+    unsigned *amax = (unsigned *)out_amax;
     int bf16 = act == FSDP_BF16;
     int G = fsdp_cuda_row_blocks(N), rows = fsdp_cuda_ceil_div(N, G);
     int tpr = C % 8 == 0 ? threads_per_row(C / 8, BWD_K, bf16 ? BWD_MAX_TPR : BWD_MAX_TPR_F32) : 0;
@@ -567,20 +580,20 @@ static void norm_backward(void *dinp, void *dweight, void *dbias, const void *do
     if (tpr && aligned) {
         if (nd && bf16)
             norm_bwd_drop_vec_kernel<LN, 1><<<G, tpr, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows,
-                                                              *nd);
+                                                              amax, *nd);
         else if (nd)
             norm_bwd_drop_vec_kernel<LN, 0><<<G, tpr, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows,
-                                                              *nd);
+                                                              amax, *nd);
         else if (bf16)
-            norm_bwd_vec_kernel<LN, 1><<<G, tpr, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows);
+            norm_bwd_vec_kernel<LN, 1><<<G, tpr, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows, amax);
         else
-            norm_bwd_vec_kernel<LN, 0><<<G, tpr, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows);
+            norm_bwd_vec_kernel<LN, 0><<<G, tpr, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows, amax);
     } else if (nd) {
         norm_bwd_drop_gen_kernel<LN><<<G, GENERIC_THREADS, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C,
-                                                                   rows, bf16, *nd);
+                                                                   rows, amax, bf16, *nd);
     } else {
         norm_bwd_gen_kernel<LN><<<G, GENERIC_THREADS, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows,
-                                                              bf16);
+                                                              amax, bf16);
     }
     fsdp_cuda_check_launch(norm_bwd_names[LN][nd != NULL][!(tpr && aligned)]);
     fsdp_cuda_colsum_finalize(dweight, dbias, scratch, G, C, grad, s);
@@ -588,29 +601,30 @@ static void norm_backward(void *dinp, void *dweight, void *dbias, const void *do
 
 extern "C" void fsdp_cuda_rmsnorm_backward(void *dinp, void *dweight, const void *dout, const void *inp,
                                            const void *weight, const float *rstd, int N, int C, fsdp_dtype act,
-                                           fsdp_dtype grad, float *scratch, cudaStream_t s) {
-    norm_backward<0>(dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C, act, grad, scratch, s, NULL);
+                                           fsdp_dtype grad, float *scratch, cudaStream_t s, float *out_amax) {
+    norm_backward<0>(dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C, act, grad, scratch, s, NULL, out_amax);
 }
 
 extern "C" void fsdp_cuda_rmsnorm_dropout_backward(void *dinp, void *dx, void *dweight, const void *dout,
                                                    const void *inp, const void *weight, const float *rstd, int N,
                                                    int T, int C, const fsdp_dropout *drop, fsdp_dtype act,
-                                                   fsdp_dtype grad, float *scratch, cudaStream_t s) {
+                                                   fsdp_dtype grad, float *scratch, cudaStream_t s, float *out_amax) {
     const norm_drop nd = norm_drop_make(NULL, NULL, dx, drop, N, T, C);
-    norm_backward<0>(dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C, act, grad, scratch, s, &nd);
+    norm_backward<0>(dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C, act, grad, scratch, s, &nd, out_amax);
 }
 
 extern "C" void fsdp_cuda_layernorm_backward(void *dinp, void *dweight, void *dbias, const void *dout, const void *inp,
                                              const void *weight, const float *mean, const float *rstd, int N, int C,
-                                             fsdp_dtype act, fsdp_dtype grad, float *scratch, cudaStream_t s) {
-    norm_backward<1>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, act, grad, scratch, s, NULL);
+                                             fsdp_dtype act, fsdp_dtype grad, float *scratch, cudaStream_t s,
+                                             float *out_amax) {
+    norm_backward<1>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, act, grad, scratch, s, NULL, out_amax);
 }
 
 extern "C" void fsdp_cuda_layernorm_dropout_backward(void *dinp, void *dx, void *dweight, void *dbias,
                                                      const void *dout, const void *inp, const void *weight,
                                                      const float *mean, const float *rstd, int N, int T, int C,
                                                      const fsdp_dropout *drop, fsdp_dtype act, fsdp_dtype grad,
-                                                     float *scratch, cudaStream_t s) {
+                                                     float *scratch, cudaStream_t s, float *out_amax) {
     const norm_drop nd = norm_drop_make(NULL, NULL, dx, drop, N, T, C);
-    norm_backward<1>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, act, grad, scratch, s, &nd);
+    norm_backward<1>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, act, grad, scratch, s, &nd, out_amax);
 }

@@ -60,9 +60,9 @@ extern "C" void fsdp_cuda_relu_backward(void *d, const void *out, size_t n, fsdp
  * the E elements D/2 further, with their E (cos, sin) pairs. sign = -1 applies the transpose.
  * H2 = Hq + Hkv heads are rotated (q and k are contiguous at the start of a row of W elements). */
 static __device__ __forceinline__ void rope(void *qkv, const float *cos_sin, int T, int H2, int D, int W,
-                                            unsigned items, float sign, int bf16, int E) {
+                                            unsigned items, float sign, int bf16, int E, unsigned *amax) {
     int half = D / 2;
-    unsigned groups = (unsigned)(half / E);
+    unsigned groups = (unsigned)(half / E), am = 0u;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < items; idx += gridDim.x * blockDim.x) {
         unsigned q = idx % groups, rest = idx / groups;
         unsigned h = rest % (unsigned)H2, bt = rest / (unsigned)H2, t = bt % (unsigned)T;
@@ -88,55 +88,62 @@ static __device__ __forceinline__ void rope(void *qkv, const float *cos_sin, int
         }
         stE(qkv, off / E, bf16, E, x1);
         stE(qkv, (off + half) / E, bf16, E, x2);
+        if (amax) am = max(am, max(stored_amax(x1, E, bf16), stored_amax(x2, E, bf16)));
+    }
+    if (amax) { /* the value part of each row, after the H2 rotated heads: read for its amax only */
+        const unsigned vgroups = (unsigned)((W - H2 * D) / E), vitems = items / (unsigned)(H2 * groups) * vgroups;
+        for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < vitems; idx += gridDim.x * blockDim.x) {
+            const unsigned q = idx % vgroups, bt = idx / vgroups;
+            float v[8];
+            ldE(qkv, ((size_t)bt * W + (size_t)H2 * D) / E + q, bf16, E, v);
+            am = max(am, stored_amax(v, E, 0));
+        }
+        warp_amax_report(amax, am);
     }
 }
 static __global__ void rope_kernel(void *qkv, const float *cos_sin, int T, int H2, int D, int W, unsigned items,
-                                   float sign, int bf16, int vec) {
+                                   float sign, int bf16, int vec, unsigned *amax) {
     if (bf16) {
         if (vec)
-            rope(qkv, cos_sin, T, H2, D, W, items, sign, 1, 8);
+            rope(qkv, cos_sin, T, H2, D, W, items, sign, 1, 8, amax);
         else
-            rope(qkv, cos_sin, T, H2, D, W, items, sign, 1, 1);
+            rope(qkv, cos_sin, T, H2, D, W, items, sign, 1, 1, amax);
     } else {
         if (vec)
-            rope(qkv, cos_sin, T, H2, D, W, items, sign, 0, 8);
+            rope(qkv, cos_sin, T, H2, D, W, items, sign, 0, 8, amax);
         else
-            rope(qkv, cos_sin, T, H2, D, W, items, sign, 0, 1);
+            rope(qkv, cos_sin, T, H2, D, W, items, sign, 0, 1, amax);
     }
 }
 
+/* out_amax (NULL: none): max |qkv| as stored over the whole rows, rotated parts after the rotation. */
 static void rope_launch(void *qkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D, float sign,
-                        fsdp_dtype act, cudaStream_t s, const char *name) {
+                        fsdp_dtype act, cudaStream_t s, const char *name, float *out_amax) {
+    fsdp_cuda_amax_reset(out_amax, s, name);
     if (B <= 0 || T <= 0 || D < 2 || Hq + Hkv <= 0) return;
     int half = D / 2, H2 = Hq + Hkv, W = (Hq + 2 * Hkv) * D;
     int vec = half % 8 == 0 && fsdp_cuda_aligned16(qkv) && fsdp_cuda_aligned16(cos_sin);
     size_t items = (size_t)B * T * H2 * (vec ? half / 8 : half);
     FSDP_ASSERT(items < ((size_t)1 << 31));
     rope_kernel<<<fsdp_cuda_grid(items, PW_THREADS), PW_THREADS, 0, s>>>(qkv, cos_sin, T, H2, D, W, (unsigned)items,
-                                                                         sign, act == FSDP_BF16, vec);
+                                                                         sign, act == FSDP_BF16, vec,
+                                                                         (unsigned *)out_amax);
     fsdp_cuda_check_launch(name);
 }
 
 extern "C" void fsdp_cuda_rope_forward(void *qkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D,
                                        fsdp_dtype act, cudaStream_t s) {
-    rope_launch(qkv, cos_sin, B, T, Hq, Hkv, D, 1.0f, act, s, "rope_forward");
+    rope_launch(qkv, cos_sin, B, T, Hq, Hkv, D, 1.0f, act, s, "rope_forward", NULL);
 }
 
 extern "C" void fsdp_cuda_rope_backward(void *dqkv, const float *cos_sin, int B, int T, int Hq, int Hkv, int D,
-                                        fsdp_dtype act, cudaStream_t s) {
-    rope_launch(dqkv, cos_sin, B, T, Hq, Hkv, D, -1.0f, act, s, "rope_backward");
+                                        fsdp_dtype act, cudaStream_t s, float *out_amax) {
+    rope_launch(dqkv, cos_sin, B, T, Hq, Hkv, D, -1.0f, act, s, "rope_backward", out_amax);
 }
 
 /* ---- SwiGLU: gateup rows are [gate (F) | up (F)] ----------------------------------------------------- */
 
 /* Item = (row n, group q of E columns); indices below are in units of E elements. */
-/* max over e < E of |v[e]| as stored (rounded to bf16 when bf16), as amax bits. */
-static __device__ __forceinline__ unsigned stored_amax(const float *v, int E, int bf16) {
-    unsigned m = 0u;
-#pragma unroll
-    for (int e = 0; e < E; e++) m = max(m, amax_bits(bf16 ? round_bf16(v[e]) : v[e]));
-    return m;
-}
 
 /* amax (NULL: none) gets max |out| (warp_amax_report). */
 static __device__ __forceinline__ void swiglu_fwd(void *out, const void *gateup, int F, unsigned items, int bf16,
