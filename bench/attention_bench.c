@@ -2,7 +2,8 @@
  * shapes and prints TFLOP/s. Causal FLOPs are counted as forward = 2 * B * Hq * T * T * D (two
  * products of 2 * T * T * D each, halved by the mask) and backward = 2.5 x forward, the usual
  * convention, whatever the kernels actually compute (the deterministic backward recomputes P and
- * does 7 products, not 5). Each figure is the median of 20 timed runs (CUDA events) after 3
+ * does 7 products, not 5), and the backward is timed twice: deterministic, and with dQ summed by
+ * atomics (fsdp_cuda_flash_backward_atomic, 5 products). Each figure is the median of 20 timed runs (CUDA events) after 3
  * warm-up runs, on random inputs. Not a test: no pass/fail; exits 0 without a GPU.
  *
  * `attention_bench --dropout P` also times every shape with attention-probability dropout at rate P
@@ -58,6 +59,10 @@ static void run_bwd(const shape *s) {
     fsdp_cuda_flash_backward(s->dqkv, s->dout, s->qkv, s->out, s->lse, s->B, s->T, s->Hq, s->Hkv, s->D, s->drop,
                              FSDP_BF16, s->scratch, 0);
 }
+static void run_bwd_atomic(const shape *s) {
+    fsdp_cuda_flash_backward_atomic(s->dqkv, s->dout, s->qkv, s->out, s->lse, s->B, s->T, s->Hq, s->Hkv, s->D, 0,
+                                    s->drop, FSDP_BF16, s->scratch, 0);
+}
 
 /* Median milliseconds of REPS runs of fn (bench_cuda.h). */
 static float time_ms(void (*fn)(const shape *), const shape *s) {
@@ -75,13 +80,14 @@ static void bench(int B, int T, int Hq, int Hkv, int D, double p) {
     CK(cudaMalloc(&s.out, no * 2));
     CK(cudaMalloc(&s.dqkv, nqkv * 2));
     CK(cudaMalloc((void **)&s.lse, (size_t)B * Hq * T * sizeof(float)));
-    CK(cudaMalloc((void **)&s.scratch, fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D) + 16));
+    CK(cudaMalloc((void **)&s.scratch, fsdp_cuda_flash_backward_atomic_scratch(B, T, Hq, Hkv, D) + 16));
 
     const double fwd_flop = 2.0 * B * Hq * (double)T * T * D, bwd_flop = 2.5 * fwd_flop;
     const float fwd_ms = time_ms(run_fwd, &s);
-    const float bwd_ms = time_ms(run_bwd, &s);
-    printf("B=%-3d T=%-5d Hq=%-3d Hkv=%-3d D=%-4d  fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s\n", B, T,
-           Hq, Hkv, D, fwd_ms, fwd_flop / (fwd_ms * 1e-3) / 1e12, bwd_ms, bwd_flop / (bwd_ms * 1e-3) / 1e12);
+    const float bwd_ms = time_ms(run_bwd, &s), abwd_ms = time_ms(run_bwd_atomic, &s);
+    printf("B=%-3d T=%-5d Hq=%-3d Hkv=%-3d D=%-4d  fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s   "
+           "bwd atomic dQ %8.3f ms %7.1f TFLOP/s\n", B, T, Hq, Hkv, D, fwd_ms, fwd_flop / (fwd_ms * 1e-3) / 1e12, bwd_ms,
+           bwd_flop / (bwd_ms * 1e-3) / 1e12, abwd_ms, bwd_flop / (abwd_ms * 1e-3) / 1e12);
     if (p > 0.0) {
         const fsdp_dropout drop = fsdp_dropout_make(p, 1234, 0, 0, FSDP_DROPOUT_ATTN_PROBS);
         s.drop = &drop;
@@ -116,7 +122,8 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("attention_bench on %s (%d SMs); causal, bf16, flash path\n", prop.name, prop.multiProcessorCount);
     bench(8, 2048, 32, 8, 64, p);
-    bench(32, 1024, 32, 8, 64, p);
+    bench(32, 1024, 32, 8, 64, p); /* Llama-3.2-1B, micro-batch 32 x 1024 */
     bench(4, 2048, 32, 32, 128, p);
+    bench(5, 4096, 32, 32, 128, p); /* Llama-2-7B, micro-batch 5 x 4096 */
     return 0;
 }

@@ -20,7 +20,7 @@ void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out,
                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, int window,
                                     const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
-    if (mode == FSDP_ATTN_FLASH || !probs) {
+    if (fsdp_attn_flash(mode) || !probs) {
         fsdp_cuda_flash_forward_window(out, lse, qkv, B, T, Hq, Hkv, D, window, drop, be->act_dtype, s);
         return;
     }
@@ -65,6 +65,12 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
                                      const void *out, const float *lse, const void *probs, int B, int T, int Hq,
                                      int Hkv, int D, int window, const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
+    if (mode == FSDP_ATTN_FLASH_ATOMIC) {
+        float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_atomic_scratch(B, T, Hq, Hkv, D));
+        fsdp_cuda_flash_backward_atomic(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, window, drop, be->act_dtype,
+                                        scratch, s);
+        return;
+    }
     if (mode == FSDP_ATTN_FLASH || !probs) {
         float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_scratch(B, T, Hq, Hkv, D));
         fsdp_cuda_flash_backward_window(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, window, drop, be->act_dtype,

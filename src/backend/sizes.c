@@ -38,6 +38,9 @@ size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x) {
     if (x->attn == FSDP_ATTN_EAGER)
         need = max_size(need, fsdp_cuda_eager_backward_scratch(x->batch, x->seq, x->q_heads,
                                                                fsdp_device_dtype_size(k, x->act_dtype), x->attn_dropout));
+    else if (x->attn == FSDP_ATTN_FLASH_ATOMIC)
+        need = max_size(need, fsdp_cuda_flash_backward_atomic_scratch(x->batch, x->seq, x->q_heads, x->kv_heads,
+                                                                      x->head_dim));
     else
         need = max_size(need, fsdp_cuda_flash_backward_scratch(x->batch, x->seq, x->q_heads, x->kv_heads,
                                                                x->head_dim));

@@ -125,7 +125,7 @@ int fsdp_cmd_eval(int argc, char **argv) {
     o.compute_dtype = (o.master_dtype == FSDP_BF16 || fsdp_cli_mixed_bf16(mixed_precision, device)) ? FSDP_BF16 : FSDP_F32;
     o.reduce_dtype = o.master_dtype;
     o.gather_dtype = o.compute_dtype; /* the exact weights: what a score means */
-    o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
+    o.attn = fsdp_attn_of(attn);
     o.embed_grads = FSDP_EMBED_GRADS_DENSE;
     o.synthetic_vocab = 1;
     o.log_every = 1;

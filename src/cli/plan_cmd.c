@@ -16,7 +16,7 @@
 #include "commands.h"
 #include "plan_links.h"
 
-static const char *const ATTN[] = {"eager", "flash", NULL};
+static const char *const ATTN[] = FSDP_ATTN_NAMES;
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const RECOMPUTE[] = {"none", "selective", "full", NULL};
 static const char *const FP8[] = {"none", "tensorwise", "rowwise", NULL};
@@ -117,7 +117,7 @@ static void print_text(const plan_report *r) {
            r->gpu_name && *r->gpu_name ? r->gpu_name : fsdp_device_kind_name(r->place.device),
            fsdp_strategy_name(o->strategy), e->shard_size, e->replica_size, hpz, fsdp_dtype_name(o->master_dtype),
            fsdp_dtype_name(o->compute_dtype), fsdp_dtype_name(o->reduce_dtype), fsdp_dtype_name(o->gather_dtype),
-           fsdp_plan_accumulate_local(o, r->place.world) ? "local" : "sharded", o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", p->embed_rows ? "rows" : "dense",
+           fsdp_plan_accumulate_local(o, r->place.world) ? "local" : "sharded", fsdp_attn_name(o->attn), p->embed_rows ? "rows" : "dense",
            fsdp_recompute_name(o->recompute), dropout);
     printf("micro-batch %d x sequence %d", o->mbs, o->seq);
     if (o->global_batch) printf(" x %d accumulation = global batch %d", o->grad_accum, o->global_batch);
@@ -196,7 +196,7 @@ static json_t *plan_json(const plan_report *r) {
                           e->replica_size, "mbs", o->mbs, "mbs_auto", o->mbs_auto, "seq", o->seq, "grad_accum",
                           o->grad_accum, "model_precision", fsdp_dtype_name(o->master_dtype), "compute_dtype",
                           fsdp_dtype_name(o->compute_dtype), "reduce_dtype", fsdp_dtype_name(o->reduce_dtype), "attn",
-                          o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", "embedding_grads",
+                          fsdp_attn_name(o->attn), "embedding_grads",
                           p->embed_rows ? "rows" : "dense", "bytes", bytes, "max_reserved_gib",
                           fsdp_json_number(fsdp_gib(p->reserved)), "total_gib", fsdp_json_number(fsdp_gib(p->total)),
                           "gpu_mem_gib", r->budget ? fsdp_json_number(fsdp_gib(r->budget)) : json_null(), "fits",
@@ -268,7 +268,8 @@ int fsdp_cmd_plan(int argc, char **argv) {
         {"gather-dtype", FSDP_ARG_CHOICE, &prec.gather_dtype, "P",
          "As fsdp train: what parameter gathers send (int8 and fp8 keep quantized shards).", 1, 0, FSDP_CLI_GATHER, 0},
         {"accumulate", FSDP_ARG_CHOICE, &prec.accumulate, "A", "As fsdp train.", 1, 0, FSDP_CLI_ACCUMULATE, 0},
-        {"attn", FSDP_ARG_CHOICE, &attn, "A", "eager keeps the seq x seq probabilities; flash does not.", 1, 0, ATTN, 0},
+        {"attn", FSDP_ARG_CHOICE, &attn, "A", "eager keeps the seq x seq probabilities; flash does not; flash-atomic also keeps the query "
+         "gradient's fp32 sums in the backward (as fsdp train).", 1, 0, ATTN, 0},
         {"recompute", FSDP_ARG_CHOICE, &recompute, "R",
          "As fsdp train: what a layer keeps for its backward (none: everything; selective: the matrix products' "
          "outputs; full: only its input, the layer's forward is run again in the backward).", 1, 0, RECOMPUTE, 0},
@@ -355,7 +356,7 @@ int fsdp_cmd_plan(int argc, char **argv) {
     if (err.failed || fsdp_cli_precision("plan", &prec, &o, &err)) fsdp_exit_error(&err, 0);
     o.seq = seq, o.grad_accum = grad_accum, o.global_batch = global_batch, o.max_live = max_live, o.head_chunk = head_chunk;
     o.prefetch = prefetch;
-    o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
+    o.attn = fsdp_attn_of(attn);
     fsdp_recompute_parse(recompute, &o.recompute); /* one of the choices: the parser checked */
     fsdp_fp8_parse(fp8, &o.fp8);                   /* likewise */
     o.embed_grads = !strcmp(embed_grads, "rows")    ? FSDP_EMBED_GRADS_ROWS

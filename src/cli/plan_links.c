@@ -55,7 +55,7 @@ static int options_of_run(const char *command, const fsdp_metrics_timing *t, con
     r->accumulate = !strcmp(t->accumulate, "local")     ? FSDP_ACCUMULATE_LOCAL
                     : !strcmp(t->accumulate, "sharded") ? FSDP_ACCUMULATE_SHARDED
                                                         : FSDP_ACCUMULATE_AUTO;
-    r->attn = !strcmp(t->attn, "eager") ? FSDP_ATTN_EAGER : FSDP_ATTN_FLASH;
+    r->attn = fsdp_attn_of(t->attn);
     if (t->recompute[0]) fsdp_recompute_parse(t->recompute, &r->recompute);
     place->world = t->world_size;
     place->node_size = t->ranks_per_node > 0 && t->world_size % t->ranks_per_node == 0 ? t->ranks_per_node : t->world_size;
@@ -75,7 +75,7 @@ static int calibrate(const char *command, const char *path, const fsdp_model_con
     char *argv[] = {"train", "--model", (char *)o->model, "--mbs", mbs, "--seq", seq, "--steps", "4", "--lr", "1e-5",
                     "--log-every", "100", "--metrics", (char *)path, "--device", (char *)device, "--model-precision",
                     (char *)fsdp_dtype_name(o->master_dtype), "--mixed-precision",
-                    o->compute_dtype == FSDP_BF16 ? "bf16" : "no", "--attn", o->attn == FSDP_ATTN_EAGER ? "eager" : "flash",
+                    o->compute_dtype == FSDP_BF16 ? "bf16" : "no", "--attn", (char *)fsdp_attn_name(o->attn),
                     "--recompute", (char *)fsdp_recompute_name(o->recompute), "--synthetic-vocab",
                     cfg->vocab_size < 1000 ? "100" : "1000", NULL};
     int argc = (int)(sizeof argv / sizeof argv[0]) - 1;

@@ -13,7 +13,7 @@
 #include "commands.h"
 #include "plan_links.h"
 
-static const char *const ATTN[] = {"eager", "flash", NULL};
+static const char *const ATTN[] = FSDP_ATTN_NAMES;
 static const char *const EMBED_GRADS[] = {"auto", "dense", "rows", NULL};
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GATHER_ENGINES[] = {"sm", "copy", NULL};
@@ -163,8 +163,10 @@ int fsdp_cmd_train(int argc, char **argv) {
          "sharded reduces after every micro-batch into the shards; auto = local except with FULL.", 1, 0,
          FSDP_CLI_ACCUMULATE, 0},
         {"attn", FSDP_ARG_CHOICE, &attn, "A",
-         "Attention: eager materialises the seq x seq probabilities (the course's baseline); flash does not.", 1, 0,
-         ATTN, 0},
+         "Attention: eager materialises the seq x seq probabilities (the course's baseline); flash does not; "
+         "flash-atomic is flash with the query gradient summed by atomics in the backward's key pass (5 matrix "
+         "products per tile instead of 7, as FlashAttention-2; gradients not bitwise reproducible from run to run; "
+         "GPUs only, the CPU's attention is exact either way).", 1, 0, ATTN, 0},
         {"recompute", FSDP_ARG_CHOICE, &recompute, "R",
          "Activation recomputation (gradient checkpointing): none keeps every activation of a micro-batch for the "
          "backward; selective keeps the matrix products' outputs and recomputes the norms, the SwiGLU activation "
@@ -396,7 +398,7 @@ int fsdp_cmd_train(int argc, char **argv) {
     o.auto_vary_reduce = o.strategy_auto && !fsdp_args_find(&spec, "reduce-dtype")->seen;
     o.auto_vary_gather = o.strategy_auto && !fsdp_args_find(&spec, "gather-dtype")->seen;
     o.auto_vary_accumulate = o.strategy_auto && !fsdp_args_find(&spec, "accumulate")->seen;
-    o.attn = strcmp(attn, "eager") ? FSDP_ATTN_FLASH : FSDP_ATTN_EAGER;
+    o.attn = fsdp_attn_of(attn);
     o.head_chunk = head_chunk;
     fsdp_recompute_parse(recompute, &o.recompute); /* one of the choices: the parser checked */
     fsdp_fp8_parse(fp8, &o.fp8);                   /* likewise */

@@ -60,6 +60,15 @@ static inline size_t fsdp_cuda_flash_backward_scratch(int B, int T, int Hq, int 
     return (size_t)B * (size_t)Hq * (size_t)T * sizeof(float);
 }
 
+/* The atomic-dQ flash backward: delta, then (at a 256-byte boundary) dQ's fp32 sums [B, T, Hq, D]. */
+static inline size_t fsdp_cuda_flash_backward_atomic_delta_bytes(int B, int T, int Hq) {
+    return ((size_t)B * (size_t)Hq * (size_t)T * sizeof(float) + 255) / 256 * 256;
+}
+static inline size_t fsdp_cuda_flash_backward_atomic_scratch(int B, int T, int Hq, int Hkv, int D) {
+    (void)Hkv;
+    return fsdp_cuda_flash_backward_atomic_delta_bytes(B, T, Hq) + (size_t)B * T * Hq * D * sizeof(float);
+}
+
 /* Eager attention backward: the gradient of the probabilities, dP[B, Hq, T, T] in the activation
  * dtype (esize bytes per element), and with attention dropout a second such buffer for the dropped
  * probabilities that dV is computed from. */

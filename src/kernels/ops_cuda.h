@@ -147,6 +147,13 @@ void fsdp_cuda_flash_forward_window(void *out, float *lse, const void *qkv, int 
 void fsdp_cuda_flash_backward_window(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                      int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
                                      fsdp_dtype act, float *scratch, cudaStream_t s);
+/* The backward with dQ summed by fp32 atomics in the dK/dV kernel (FlashAttention-2's scheme): 5
+ * matrix products per tile instead of 7, in exchange for dQ's bits depending on the order the
+ * atomics land (not bitwise reproducible from run to run). scratch: fsdp_cuda_flash_backward_atomic_scratch
+ * bytes. Shapes the tensor-core path does not take run the exact path, as above. */
+void fsdp_cuda_flash_backward_atomic(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
+                                     fsdp_dtype act, float *scratch, cudaStream_t s);
 /* Eager's softmax over scores[BH, T, T] (act; row t valid from column max(0, t - window + 1) to
  * column t, window 0: from 0): probs = softmax(scale * scores) with the causal (and window) mask,
  * masked entries 0; lse[BH, T] saved. probs may alias scores. */

@@ -55,7 +55,7 @@ static void carve_layer(carver *c, const fsdp_model_dims *d, layer_acts *a, int 
     const int products = d->recompute != FSDP_RECOMPUTE_FULL; /* matrix products' outputs are kept */
     /* Flash's backward rebuilds the probabilities from lse, so selective keeps it; eager under
      * selective recomputes it with the probabilities. */
-    const int lse = all || (products && d->attn == FSDP_ATTN_FLASH);
+    const int lse = all || (products && fsdp_attn_flash(d->attn));
     size_t N = (size_t)d->N, C = (size_t)d->C, ae = d->ae;
     size_t fc_cols = d->swiglu ? 2 * (size_t)d->F : (size_t)d->F;
 #define PART(keep, field, bytes) \

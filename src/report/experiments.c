@@ -79,9 +79,9 @@ static int ladder_cmp(const void *pa, const void *pb) {
     if (g_by_rung && rung_number(a) != rung_number(b)) return rung_number(a) < rung_number(b) ? -1 : 1;
     const fsdp_metrics_summary *x = &a->m.summary, *y = &b->m.summary;
     int kx[4] = {strcmp(x->mixed_precision, "no") != 0, !strcmp(x->model_precision, "bf16"),
-                 !strcmp(x->attn, "flash"), x->mbs * x->grad_accum};
+                 strcmp(x->attn, "eager") != 0, x->mbs * x->grad_accum};
     int ky[4] = {strcmp(y->mixed_precision, "no") != 0, !strcmp(y->model_precision, "bf16"),
-                 !strcmp(y->attn, "flash"), y->mbs * y->grad_accum};
+                 strcmp(y->attn, "eager") != 0, y->mbs * y->grad_accum};
     for (int i = 0; i < 4; i++)
         if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
     return strcmp(a->name, b->name);

@@ -469,7 +469,7 @@ static json_t *summary_config(const fsdp_trainer *t) {
                             (json_int_t)global_batch, "tokens_per_step", (json_int_t)(global_batch * o->seq),
                             "model_precision", fsdp_dtype_name(o->master_dtype), "mixed_precision",
                             o->compute_dtype == FSDP_BF16 ? "bf16" : "no", "attn",
-                            o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", "nodes", t->topo.num_nodes,
+                            fsdp_attn_name(o->attn), "nodes", t->topo.num_nodes,
                             "ranks_per_node", t->topo.node_size);
     if (!cfg || json_object_set_new(cfg, "recompute", json_string(fsdp_recompute_name(o->recompute))) ||
         json_object_set_new(cfg, "fp8", json_string(fsdp_fp8_name(o->fp8))) ||
@@ -569,7 +569,7 @@ static void describe_run(fsdp_trainer *t) {
              t->be->device_name, t->topo.world, fsdp_strategy_name(o->strategy), fsdp_engine_shard_size(t->eng),
              fsdp_engine_replica_size(t->eng), hpz, fsdp_dtype_name(o->master_dtype), fsdp_dtype_name(o->compute_dtype),
              fsdp_dtype_name(o->reduce_dtype), fsdp_dtype_name(o->gather_dtype),
-             o->attn == FSDP_ATTN_FLASH ? "flash" : "eager", t->embed_rows ? "rows" : "dense");
+             fsdp_attn_name(o->attn), t->embed_rows ? "rows" : "dense");
     char dropout[160], data[1024];
     fsdp_model_shape shape = fsdp_plan_model_shape(&t->cfg, o);
     fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);

@@ -33,6 +33,7 @@ CASES = [
     (4, "HYBRID", 2, UNTIED, 2, ["--reduce-dtype", "bf16"]),
     (2, "HYBRID", 1, "tiny-opt", 3, ["--head-chunk-tokens", "7"]),
     (2, "FULL", 0, "tiny-opt", 2, ["--dropout", "0.1", "--attn", "eager"]),
+    (2, "FULL", 0, "tiny-llama", 2, ["--attn", "flash-atomic"]),
     (3, "SHARD_GRAD_OP", 0, "tiny-llama", 2, ["--dropout", "0.1"]),
     # Activation recomputation: what the layers keep, with every attention and dropout path.
     (1, "FULL", 0, "tiny-llama", 3, ["--recompute", "full"]),
@@ -100,6 +101,16 @@ for p in ("0", "0.1"):
     gpu.append(json.loads(out)["bytes"]["op_scratch"] if rc == 0 else None)
 t.check(gpu == [2 * 32 * 1024 * 1024 * 2, 2 * 2 * 32 * 1024 * 1024 * 2],
         "llama-3.2-1b eager on a GPU: op scratch %d without and %d with attention dropout" % tuple(gpu))
+# --attn flash-atomic's backward keeps dQ's fp32 sums beside delta: Llama-2-7B at 5 x 4096 on a GPU,
+# delta 5 x 32 x 4096 floats, then 5 x 4096 x 32 x 128 floats; flash's scratch is then the norms' (smaller).
+scr = {}
+for attn in ("flash", "flash-atomic"):
+    rc, out, err = t.run(1, ["plan", "--model", "llama-2-7b", "--mbs", "5", "--seq", "4096", "--attn", attn,
+                             "--gpu-mem", "141", "--json"], check=True)
+    scr[attn] = json.loads(out)["bytes"]["op_scratch"] if rc == 0 else None
+t.check(scr["flash-atomic"] == 5 * 32 * 4096 * 4 + 5 * 4096 * 32 * 128 * 4 and scr["flash"] < scr["flash-atomic"],
+        "llama-2-7b at 5 x 4096 on a GPU: op scratch %s with --attn flash, %s with flash-atomic" % (scr["flash"],
+                                                                                                  scr["flash-atomic"]))
 
 # What each --recompute mode keeps, counted from tiny-llama's shapes (2 layers, hidden 48, ffn 88, 6/2
 # heads of 8; micro-batch 2 x 16 tokens; 4-byte values on the CPU backend), within each tensor's

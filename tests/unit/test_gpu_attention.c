@@ -144,6 +144,26 @@ static void run_flash(const flash_case *c) {
                fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, c->window, e_out, e_lse,
                e_dq, e_dk, e_dv, det ? "deterministic" : "NOT DETERMINISTIC");
 
+    /* The atomic-dQ backward: dQ against the CPU's within the same tolerance, dK and dV bit for bit
+     * the deterministic backward's (the same sums in the same order). */
+    void *b_ascr;
+    const size_t ascr_bytes = fsdp_cuda_flash_backward_atomic_scratch(B, T, Hq, Hkv, D);
+    float *d_ascr = dev_alloc(ascr_bytes / 4 + 1, FSDP_F32, 0, &b_ascr);
+    CK(cudaMemset(d_dqkv, 0xff, nqkv * esz(t)));
+    CK(cudaMemset(d_ascr, 0xff, ascr_bytes));
+    fsdp_cuda_flash_backward_atomic(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, Hq, Hkv, D, c->window, drop, t, d_ascr, 0);
+    sync_check("flash backward (atomic dQ)");
+    download(dqkv2, d_dqkv, nqkv, t);
+    const double a_dq = rel_err_sel(dqkv2, dqkv_ref, 0, ntok, W, (size_t)Hq * D);
+    int kv_same = 1;
+    for (size_t tok = 0; tok < ntok; tok++)
+        kv_same &= memcmp(dqkv + tok * W + (size_t)Hq * D, dqkv2 + tok * W + (size_t)Hq * D,
+                          (size_t)2 * Hkv * D * sizeof(float)) == 0;
+    check_that(pass(a_dq, tol) && kv_same, "flash %s D=%d B=%d T=%d Hq=%d Hkv=%d%s p=%.2f window=%d, atomic dQ: dq %.2e, "
+               "dk and dv %s", fsdp_dtype_name(t), D, B, T, Hq, Hkv, c->misalign ? " unaligned" : "", c->p, c->window,
+               a_dq, kv_same ? "bitwise the deterministic backward's" : "DIFFER from the deterministic backward's");
+    CK(cudaFree(b_ascr));
+
     CK(cudaFree(b_qkv));
     CK(cudaFree(b_out));
     CK(cudaFree(b_lse));

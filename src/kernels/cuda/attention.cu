@@ -87,6 +87,23 @@ void fsdp_cuda_flash_backward_window(void *dqkv, const void *dout, const void *q
     attn_exact_backward(&a, &dr, act, s);
 }
 
+void fsdp_cuda_flash_backward_atomic(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
+                                     fsdp_dtype act, float *scratch, cudaStream_t s) {
+    attn_args a = attn_make("fsdp_cuda_flash_backward_atomic", B, T, Hq, Hkv, D);
+    if ((long long)B * T == 0) return;
+    a.window = attn_window(window, T);
+    const attn_dropout dr = attn_dropout_make(&a, drop);
+    a.qkv = qkv, a.out = out, a.dout = dout, a.lse = lse, a.dqkv = dqkv;
+    a.delta = a.delta_out = scratch;
+    a.dq_accum = (float *)((char *)scratch + fsdp_cuda_flash_backward_atomic_delta_bytes(B, T, Hq));
+    attn_delta(&a, act, s);
+    if (act == FSDP_BF16 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv) && attn_tc_backward(&a, &dr, s) == 0)
+        return;
+    a.dq_accum = NULL;
+    attn_exact_backward(&a, &dr, act, s);
+}
+
 /* ---- eager softmax ------------------------------------------------------------------------------ */
 
 static __device__ __forceinline__ float sm_ld(const void *p, long long i, int bf) {

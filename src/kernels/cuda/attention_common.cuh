@@ -48,6 +48,7 @@ typedef struct {
     float *lse_out;    /* forward lse */
     void *dqkv;
     float *delta_out;
+    float *dq_accum;   /* the atomic-dQ backward: fp32 [B, T, Hq, D], zeroed before it */
     int B, T, Hq, Hkv, D, group;
     long long W; /* elements per token of qkv: (Hq + 2*Hkv) * D */
     float scale; /* 1 / sqrt(D) */
@@ -244,6 +245,17 @@ static __device__ __forceinline__ void attn_drop_rows(float (*acc)[AN][4], const
                 apply(acc[mt][2 * np + 1][2 + e], w & 8u);
             }
         }
+}
+
+/* p[0] += x, p[1] += y in global memory, atomically (one 8-byte vector atomic on sm_90; p 8-byte
+ * aligned), with nothing returned. */
+static __device__ __forceinline__ void attn_red_add2(float *p, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd((float2 *)p, make_float2(x, y));
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
 }
 
 /* Byte offset of element (r, c) of a tile with row stride ld. */

@@ -62,8 +62,8 @@ static __device__ __forceinline__ void dkdv_load_step(const attn_args a, int it,
 }
 
 static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, const attn_dropout &dr, const int DROP,
-                                                           const int D, const int BR, const int KVREG) {
-    const int NT = DKDV_WARPS * 32, BC = 16 * DKDV_WARPS, LD = D + 8;
+                                                           const int D, const int BR, const int KVREG, const int DQ) {
+    const int NT = DKDV_WARPS * 32, BC = 16 * DKDV_WARPS, LD = D + 8, LDS = BR + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sk = (bf16 *)smem;                 /* [BC][LD]; later dK staging */
     bf16 *sv = sk + BC * LD;                 /* [BC][LD]; later dV staging */
@@ -71,6 +71,7 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
     bf16 *sdo = sq + 2 * BR * LD;            /* [2][BR][LD] */
     float *slse = (float *)(sdo + 2 * BR * LD); /* [2][BR] */
     float *sdl = slse + 2 * BR;              /* [2][BR] */
+    bf16 *sds = (bf16 *)(sdl + 2 * BR);      /* DQ: dS^T [BC][LDS], keys as rows */
     const uint32_t sk_a = attn_smem_addr(sk), sv_a = attn_smem_addr(sv), sq_a = attn_smem_addr(sq),
                    sdo_a = attn_smem_addr(sdo), slse_a = attn_smem_addr(slse), sdl_a = attn_smem_addr(sdl);
 
@@ -94,6 +95,7 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
 
     const int wk = warp * 16, kw = k0 + wk; /* the warp's first key, in the tile and as an index */
     const uint32_t off_a = attn_lane_off_a(lane, LD), off_b = attn_lane_off_b(lane, LD);
+    const uint32_t off_b_ds = attn_lane_off_b(lane, LDS); /* DQ: dS^T's A fragments (.trans) */
     uint32_t kf[BWD_D_MAX / 16][4], vf[BWD_D_MAX / 16][4];
     if (KVREG) {
 #pragma unroll
@@ -118,7 +120,15 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
 
         /* Skip when every query of the block is before every key of the warp, or past every key's
          * window (warp-uniform). */
-        if (q0 + BR - 1 >= kw && (!a.window || q0 <= kw + 14 + a.window)) {
+        const int active = q0 + BR - 1 >= kw && (!a.window || q0 <= kw + 14 + a.window);
+        if (DQ && !active) { /* the warp's rows of dS^T are zeros for the CTA's dQ product */
+            const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int nt = 0; nt < BR / 8; nt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) attn_stage_half(sds + wk * LDS, g + 8 * r, nt * 8 + 2 * c, LDS, zero, r, 1.0f);
+        }
+        if (active) {
             const uint32_t sqb = sq_a + (uint32_t)st * BR * LD * 2, sdob = sdo_a + (uint32_t)st * BR * LD * 2;
             float s[BWD_BR_MAX / 8][4], dp[BWD_BR_MAX / 8][4];
             attn_zero_c(s, BR / 8);
@@ -188,6 +198,14 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
                 }
             }
 
+            /* DQ: dS^T in bf16 into the warp's rows of the shared tile, for the CTA's dQ product. */
+            if (DQ) {
+#pragma unroll
+                for (int nt = 0; nt < BR / 8; nt++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) attn_stage_half(sds + wk * LDS, g + 8 * r, nt * 8 + 2 * c, LDS, dp[nt], r, 1.0f);
+            }
+
             /* dV += P^T dO and dK += dS^T Q: dO and Q are [query][dim] = [k][n], read with .trans. */
 #pragma unroll
             for (int kq = 0; kq < BR / 16; kq++) {
@@ -201,9 +219,43 @@ static __device__ __forceinline__ void flash_bwd_dkdv_body(const attn_args a, co
                 }
             }
         }
+        if (DQ) {
+            /* dQ[BR queries][D] += dS [BR][BC keys] K [BC][D] over the CTA's keys, each warp a 32 x 32
+             * block of it (queries qw .., dims dw ..): dS is stored transposed ([key][query]), so its A
+             * fragments come through ldmatrix .trans at lane_off_b's address; K is [k][n], read with
+             * .trans as in dV += P^T dO. The fp32 sums go to a.dq_accum with atomics (in no fixed
+             * order: this backward is not bitwise reproducible), two adjacent dims at a time. */
+            __syncthreads();
+            const int qw = (warp / (D / 32)) * 32, dw = (warp % (D / 32)) * 32, h = kvh * a.group + it / nq;
+            float dq[2][4][4];
+            attn_zero_c(dq[0], 4);
+            attn_zero_c(dq[1], 4);
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                uint32_t da[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+                    attn_ldsm_x4_t(da[mt], attn_smem_addr(sds) + attn_at(kk * 16, qw + mt * 16, LDS) + off_b_ds);
+#pragma unroll
+                for (int np = 0; np < 2; np++)
+                    attn_mma_ntile_pair<1>(dq, np, da, 2, sk_a + attn_at(kk * 16, dw + np * 16, LD) + off_a);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int q = q0 + qw + mt * 16 + g + 8 * r;
+                    if (q >= T) continue;
+                    float *row = a.dq_accum + (((long long)b * T + q) * a.Hq + h) * D + dw + 2 * c;
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++) attn_red_add2(row + nt * 8, dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+                }
+        }
     }
-    /* Epilogue: the warp's own 16 rows of sk / sv stage dK and dV; no other warp ever reads them
-     * (with KVREG == 0 this warp does, up to its last step, hence the __syncwarp). */
+    /* Epilogue: the warp's own 16 rows of sk / sv stage dK and dV; no other warp reads them after
+     * the loop but the dQ product's (DQ: hence the barrier; with KVREG == 0 this warp does, up to
+     * its last step, hence the __syncwarp). */
+    if (DQ) __syncthreads();
     __syncwarp();
     bf16 *stk = sk + wk * LD, *stv = sv + wk * LD;
 #pragma unroll
@@ -355,24 +407,77 @@ static __device__ __forceinline__ void flash_bwd_dq_body(const attn_args a, cons
  * queries per step keep S^T and dP^T small enough not to spill. */
 #define DKDV_D64 64, 64, 1
 #define DKDV_D128 128, 32, 0
+/* The same tiles with dQ accumulated by atomics in the dK/dV kernel (attn_tc_backward with
+ * dq_accum): 5 products per tile instead of 7; its dQ product is a 32 x 32 block per warp, which
+ * takes BR x D = 4 x 32 x 32 (64 x 64, 32 x 128). */
+#define DKDV_DQ_D64 64, 64, 1, 1
+#define DKDV_DQ_D128 128, 32, 0, 1
 /* dq (D, MT, BC): 32 queries per warp feed each K/V fragment to two m-tiles (at D = 64, 26% less
  * time on H100 than 16 queries per warp with 64-key blocks). */
 #define DQ_D64 64, 2, 32
 #define DQ_D128 128, 1, 32
 
-ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdv_d64, flash_bwd_dkdv_drop_d64, DKDV_D64)
-ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdv_d128, flash_bwd_dkdv_drop_d128, DKDV_D128)
+ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdv_d64, flash_bwd_dkdv_drop_d64, DKDV_D64, 0)
+ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdv_d128, flash_bwd_dkdv_drop_d128, DKDV_D128, 0)
+ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdvq_d64, flash_bwd_dkdvq_drop_d64, DKDV_DQ_D64)
+ATTN_FLASH_KERNELS(flash_bwd_dkdv_body, DKDV_WARPS, flash_bwd_dkdvq_d128, flash_bwd_dkdvq_drop_d128, DKDV_DQ_D128)
 ATTN_FLASH_KERNELS(flash_bwd_dq_body, DQ_WARPS, flash_bwd_dq_d64, flash_bwd_dq_drop_d64, DQ_D64)
 ATTN_FLASH_KERNELS(flash_bwd_dq_body, DQ_WARPS, flash_bwd_dq_d128, flash_bwd_dq_drop_d128, DQ_D128)
 
-/* Shared memory: K and V tiles, two stages of Q and dO tiles and of lse and delta rows. */
-static int dkdv_smem(int D, int BR, int KVREG) { return (2 * 16 * DKDV_WARPS + 4 * BR) * (D + 8) * 2 + 4 * BR * 4; }
+/* Shared memory: K and V tiles, two stages of Q and dO tiles and of lse and delta rows; with DQ the
+ * dS^T tile. */
+static int dkdv_smem(int D, int BR, int KVREG, int DQ = 0) {
+    return (2 * 16 * DKDV_WARPS + 4 * BR) * (D + 8) * 2 + 4 * BR * 4 + (DQ ? 16 * DKDV_WARPS * (BR + 8) * 2 : 0);
+}
 static int dq_br(int D, int MT, int BC) { return 16 * MT * DQ_WARPS; }
 /* Shared memory: Q and dO tiles, two stages of K and V. */
 static int dq_smem(int D, int MT, int BC) { return (2 * 16 * MT * DQ_WARPS + 4 * BC) * (D + 8) * 2; }
 
+/* dqkv's q part = bf16(dq_accum * scale): the atomic-dQ backward's last step, 4 elements a thread. */
+static __global__ void flash_bwd_dq_convert(const attn_args a) {
+    const long long n4 = (long long)a.B * a.T * a.Hq * a.D / 4, row4 = (long long)a.Hq * a.D / 4;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+        const float4 v = ((const float4 *)a.dq_accum)[i];
+        const long long bt = i / row4, j = (i % row4) * 4;
+        uint2 w = make_uint2(attn_pack(v.x * a.scale, v.y * a.scale), attn_pack(v.z * a.scale, v.w * a.scale));
+        *(uint2 *)((bf16 *)a.dqkv + bt * a.W + j) = w;
+    }
+}
+
+/* The atomic-dQ backward: zero dq_accum, one kernel for dK, dV and dQ's sums, then the conversion. */
+static int attn_tc_backward_dq_atomic(const attn_args *a, const attn_dropout *dr, cudaStream_t s) {
+    const int d64 = a->D == 64, kv_threads = DKDV_WARPS * 32, kv_bc = 16 * DKDV_WARPS;
+    const int smem = d64 ? dkdv_smem(DKDV_DQ_D64) : dkdv_smem(DKDV_DQ_D128);
+    const int nkb = (a->T + kv_bc - 1) / kv_bc;
+    if (nkb > 65535) return -1;
+    const size_t accum = (size_t)a->B * a->T * a->Hq * a->D * sizeof(float);
+    cudaError_t e = cudaMemsetAsync(a->dq_accum, 0, accum, s);
+    if (e != cudaSuccess) fsdp_fatal("flash attention backward: cudaMemsetAsync of dQ's sums (%zu bytes) failed: %s",
+                                     accum, cudaGetErrorString(e));
+    const dim3 grid((unsigned)(a->B * a->Hkv), (unsigned)nkb);
+    if (dr && dr->active) {
+        const char *name = d64 ? "flash_bwd_dkdvq_drop_d64" : "flash_bwd_dkdvq_drop_d128";
+        void (*k)(const attn_args, const attn_dropout) = d64 ? flash_bwd_dkdvq_drop_d64 : flash_bwd_dkdvq_drop_d128;
+        attn_set_smem((const void *)k, smem, name);
+        k<<<grid, kv_threads, smem, s>>>(*a, *dr);
+        attn_check_launch(name);
+    } else {
+        const char *name = d64 ? "flash_bwd_dkdvq_d64" : "flash_bwd_dkdvq_d128";
+        void (*k)(const attn_args) = d64 ? flash_bwd_dkdvq_d64 : flash_bwd_dkdvq_d128;
+        attn_set_smem((const void *)k, smem, name);
+        k<<<grid, kv_threads, smem, s>>>(*a);
+        attn_check_launch(name);
+    }
+    const long long n4 = (long long)a->B * a->T * a->Hq * a->D / 4;
+    const unsigned blocks = (unsigned)(n4 / 256 + 1 < 8192 ? n4 / 256 + 1 : 8192);
+    flash_bwd_dq_convert<<<blocks, 256, 0, s>>>(*a);
+    attn_check_launch("flash_bwd_dq_convert");
+    return 0;
+}
+
 int attn_tc_backward(const attn_args *a, const attn_dropout *dr, cudaStream_t s) {
     if (a->D != 64 && a->D != 128) return -1;
+    if (a->dq_accum) return attn_tc_backward_dq_atomic(a, dr, s);
     const int d64 = a->D == 64;
     const int kv_threads = DKDV_WARPS * 32, kv_bc = 16 * DKDV_WARPS;
     const int kv_smem = d64 ? dkdv_smem(DKDV_D64) : dkdv_smem(DKDV_D128);
