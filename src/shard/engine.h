@@ -143,6 +143,7 @@ void fsdp_strategy_groups(fsdp_strategy s, int world, int node_size, int *shard_
 typedef struct {
     int shard_size, replica_size;
     int64_t total_shard;                 /* elements of this rank's shards of all units */
+    int64_t largest_shard;               /* elements of this rank's largest unit shard */
     size_t master, grads, working;
     size_t gathered;                     /* gathered units: rings of slots (S > 1) */
     size_t grad_buffers;                 /* full-unit gradient buffers in the reduce dtype */

@@ -42,6 +42,7 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
         padded[u] = fsdp_shard_padded(units[u].numel, S);
         shard_len[u] = padded[u] / S;
         out->total_shard += shard_len[u];
+        if (shard_len[u] > out->largest_shard) out->largest_shard = shard_len[u];
     }
     size_t shard_bytes = (size_t)out->total_shard * me;
     take(out, &out->master, kind, shard_bytes);

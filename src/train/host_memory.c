@@ -7,7 +7,9 @@
  * equals the backend's max_reserved_bytes to the byte. On either backend the checkpoint snapshots
  * take pinned host memory (src/train/ckpt_saver.c), which the plan does not count. The ranks of a
  * node share the host: their needs are added and compared with what the host can still give
- * (MemAvailable, lowered by a cgroup v2 limit). Only what is certain is counted (no library
+ * (MemAvailable, lowered by a cgroup v2 limit). A fresh run also stages its initial weights through
+ * host memory, one unit's shard at a time (fsdp_trainer_init_weights: fp32, and a copy in the master
+ * dtype when that is narrower). Only what is certain is counted (no library
  * buffers, no transient op scratch), so a run refused here could never have run. GPU memory is the
  * plan's business (--mbs auto, --memory-limit), not counted here. */
 #include <stdio.h>
@@ -50,7 +52,7 @@ static double host_available(void) {
 }
 
 typedef struct {
-    double device, snapshot; /* bytes per rank */
+    double device, snapshot, staging; /* bytes per rank */
 } need;
 
 /* The run's memory plan (t->plan, made by fsdp_fit_choose with the micro-batch the run will use) is
@@ -60,12 +62,13 @@ typedef struct {
  * for NO_SHARD, the first node for HYBRID). */
 static need estimate(const fsdp_trainer *t) {
     const fsdp_train_options *o = &t->opt;
-    need r = {(double)t->plan.reserved, 0};
+    need r = {(double)t->plan.reserved, 0, 0};
     int writes = o->strategy == FSDP_NO_SHARD ? t->topo.rank == 0
                  : o->strategy == FSDP_HYBRID ? t->topo.node == 0 : 1;
-    if (o->ckpt_dir && writes)
-        r.snapshot = (double)fsdp_snapshot_bytes(t->plan.engine.total_shard,
-                                                 fsdp_device_dtype_size(t->be->kind, o->master_dtype));
+    const size_t es = fsdp_device_dtype_size(t->be->kind, o->master_dtype);
+    if (o->ckpt_dir && writes) r.snapshot = (double)fsdp_snapshot_bytes(t->plan.engine.total_shard, es);
+    /* Without --init-from the run may draw its weights (unless it resumes, which stages its own). */
+    if (!o->init_from) r.staging = (double)t->plan.engine.largest_shard * (double)(4 + (es != 4 ? es : 0));
     return r;
 }
 
@@ -75,10 +78,10 @@ int fsdp_host_memory_check(fsdp_trainer *t, fsdp_err *err) {
     need mine = estimate(t);
     int on_gpu = t->be->kind == FSDP_DEVICE_CUDA;
     /* The ranks of one node share its host memory. */
-    double node[2] = {on_gpu ? mine.snapshot : mine.device + mine.snapshot, mine.snapshot};
+    double node[3] = {(on_gpu ? 0.0 : mine.device) + mine.snapshot + mine.staging, mine.snapshot, mine.staging};
     MPI_Comm comm;
     FSDP_CHECK_MPI(MPI_Comm_split_type(t->world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &comm));
-    fsdp_mpi_allreduce(node, 2, MPI_DOUBLE, MPI_SUM, comm, "the ranks of this node to plan memory");
+    fsdp_mpi_allreduce(node, 3, MPI_DOUBLE, MPI_SUM, comm, "the ranks of this node to plan memory");
     int local_ranks = 1;
     FSDP_CHECK_MPI(MPI_Comm_size(comm, &local_ranks));
     FSDP_CHECK_MPI(MPI_Comm_free(&comm));
@@ -92,8 +95,9 @@ int fsdp_host_memory_check(fsdp_trainer *t, fsdp_err *err) {
         }
         fsdp_errf(err,
                   "this run needs at least %.2f GB of host memory on this node (%d rank(s); %.2f GB of it for "
-                  "checkpoint snapshots) but the host has %.2f GB available%s: %s",
-                  gb(node[0]), local_ranks, gb(node[1]), gb(host), plan,
+                  "checkpoint snapshots, %.2f GB for staging the initial weights) but the host has %.2f GB "
+                  "available%s: %s",
+                  gb(node[0]), local_ranks, gb(node[1]), gb(node[2]), gb(host), plan,
                   on_gpu ? "use more nodes, or no --ckpt-dir"
                          : "lower --mbs or --seq, use --strategy FULL, or more nodes");
     }
