@@ -1,5 +1,6 @@
 /* Flash attention backward on tensor cores (bf16 storage, fp32 accumulation), deterministic: no
- * atomics, every element of dqkv has one owner thread and a fixed summation order. It recomputes
+ * atomics, every element of dqkv has one owner thread and a fixed summation order (but in the
+ * atomic-dQ variant below). It recomputes
  * the probabilities twice instead of accumulating dQ with atomics (FlashAttention-2): 7 matrix
  * products per (query, key) tile instead of 5, in exchange for bitwise-reproducible gradients.
  * delta = rowsum(dout * out) is computed beforehand (attn_delta) into the caller's scratch.
@@ -11,6 +12,11 @@
  *     S^T = K Q^T, dP^T = V dO^T, P^T = exp2(S^T * scale * log2 e - lse * log2 e),
  *     dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q (times scale at the end),
  *   so that P^T and dS^T, packed to bf16, are already the A operands of the last two products.
+ * flash_bwd_dkdvq (--attn flash-atomic; a->dq_accum set): flash_bwd_dkdv that also writes each
+ *   step's dS^T, in bf16, to a shared tile, multiplies it by the CTA's K tile (dQ of the step's queries
+ *   over the CTA's 64 keys, a 32 x 32 block per warp) and adds the result into the fp32 dq_accum with
+ *   atomics; flash_bwd_dq_convert then scales it into dqkv. 5 products per tile; dK and dV are the
+ *   same sums as flash_bwd_dkdv's, dQ's order of addition is not fixed.
  * flash_bwd_dq: one CTA per (batch, query head, block of 16 * MT * 4 queries); warp w owns 16 * MT
  *   queries, keeps their Q and dO fragments in registers and walks the key blocks up to the
  *   diagonal (K and V double-buffered): S = Q K^T, dP = dO V^T, dS = P (dP - delta),
