@@ -72,36 +72,38 @@ void fsdp_cuda_flash_forward_window(void *out, float *lse, const void *qkv, int 
     attn_exact_forward(&a, &dr, act, s);
 }
 
-void fsdp_cuda_flash_backward_window(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                     int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
-                                     fsdp_dtype act, float *scratch, cudaStream_t s) {
-    attn_args a = attn_make("fsdp_cuda_flash_backward", B, T, Hq, Hkv, D);
+/* The two backwards: dq_accum NULL runs the deterministic kernels; else dQ's fp32 sums go there (the
+ * atomic-dQ kernel), and shapes the tensor-core path does not take run the exact path either way. */
+static void flash_backward(const char *op, void *dqkv, const void *dout, const void *qkv, const void *out,
+                           const float *lse, int B, int T, int Hq, int Hkv, int D, int window,
+                           const fsdp_dropout *drop, fsdp_dtype act, float *scratch, float *dq_accum, cudaStream_t s) {
+    attn_args a = attn_make(op, B, T, Hq, Hkv, D);
     if ((long long)B * T == 0) return;
     a.window = attn_window(window, T);
     const attn_dropout dr = attn_dropout_make(&a, drop);
     a.qkv = qkv, a.out = out, a.dout = dout, a.lse = lse, a.dqkv = dqkv;
     a.delta = a.delta_out = scratch;
-    attn_delta(&a, act, s);
-    if (act == FSDP_BF16 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv) && attn_tc_backward(&a, &dr, s) == 0)
-        return;
-    attn_exact_backward(&a, &dr, act, s);
-}
-
-void fsdp_cuda_flash_backward_atomic(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                     int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
-                                     fsdp_dtype act, float *scratch, cudaStream_t s) {
-    attn_args a = attn_make("fsdp_cuda_flash_backward_atomic", B, T, Hq, Hkv, D);
-    if ((long long)B * T == 0) return;
-    a.window = attn_window(window, T);
-    const attn_dropout dr = attn_dropout_make(&a, drop);
-    a.qkv = qkv, a.out = out, a.dout = dout, a.lse = lse, a.dqkv = dqkv;
-    a.delta = a.delta_out = scratch;
-    a.dq_accum = (float *)((char *)scratch + fsdp_cuda_flash_backward_atomic_delta_bytes(B, T, Hq));
+    a.dq_accum = dq_accum;
     attn_delta(&a, act, s);
     if (act == FSDP_BF16 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv) && attn_tc_backward(&a, &dr, s) == 0)
         return;
     a.dq_accum = NULL;
     attn_exact_backward(&a, &dr, act, s);
+}
+
+void fsdp_cuda_flash_backward_window(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
+                                     fsdp_dtype act, float *scratch, cudaStream_t s) {
+    flash_backward("fsdp_cuda_flash_backward", dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, window, drop, act, scratch,
+                   NULL, s);
+}
+
+void fsdp_cuda_flash_backward_atomic(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     int B, int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop,
+                                     fsdp_dtype act, float *scratch, cudaStream_t s) {
+    float *dq_accum = (float *)((char *)scratch + fsdp_cuda_flash_backward_atomic_delta_bytes(B, T, Hq));
+    flash_backward("fsdp_cuda_flash_backward_atomic", dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, window, drop, act,
+                   scratch, dq_accum, s);
 }
 
 /* ---- eager softmax ------------------------------------------------------------------------------ */
