@@ -12,6 +12,8 @@
  *    bf16 inputs (near-exact: they differ by the order of fp32 sums, fast accumulation in the forward
  *    and the rounding of the output to bf16), and against the bf16 products (matmul_forward /
  *    matmul_backward): the FP8 error must stay within 1.25x the emulation's own error plus 4e-3;
+ *    tensorwise told the amax of x and dy (fsdp_fp8_amax, as the norms and the backward ops report them)
+ *    gives the measured outputs bit for bit;
  *  - fp8_products is set exactly on GPUs of compute capability 8.9 and newer; elsewhere the
  *    products are skipped with a line (the casts still run), as `--fp8` must refuse there.
  * Exits 1 on any failure, 77 (skipped) without a GPU. */
@@ -263,6 +265,35 @@ static void test_products(fsdp_backend *be, int N, int C, int OC, const fsdp_fp8
     float *i8 = minus(gw8, dw0, nw), *ie = minus(ew, dw0, nw), *ib = minus(gwb, dw0, nw);
     snprintf(what, sizeof what, "%s dW += %dx%dx%d vs the CPU emulation", name, N, C, OC);
     compare(what, name, i8, ie, ib, nw, 2e-3);
+
+    if (save) { /* the amax of x and dy as their producers report them (the norm, the next op's backward) */
+        float given_h[2] = {0.0f, 0.0f};
+        for (size_t i = 0; i < nx; i++) given_h[0] = fmaxf(given_h[0], fabsf(x[i]));
+        for (size_t i = 0; i < ny; i++) given_h[1] = fmaxf(given_h[1], fabsf(dy[i]));
+        float *given = be->runtime->alloc(be, sizeof given_h, "given amax");
+        float *saved2 = be->runtime->alloc(be, FSDP_FP8_SAVED_AMAX * sizeof(float), "saved amax");
+        CK(cudaMemcpy(given, given_h, sizeof given_h, cudaMemcpyHostToDevice));
+        void *gy = be->runtime->alloc(be, ny * 2, "y"), *gx = be->runtime->alloc(be, nx * 2, "dx");
+        void *gw = dev_copy(be, dw0, nw, FSDP_F32);
+        be->ops->matmul_forward_fp8(be, gy, dx_in, dwt, bias, resid, N, C, OC, with_extras, r,
+                                    (fsdp_fp8_amax){given, NULL, saved2});
+        be->ops->matmul_backward_fp8(be, gx, gw, NULL, ddy, dx_in, dwt, N, C, OC, r,
+                                     (fsdp_fp8_amax){NULL, given + 1, saved2});
+        int same = 1;
+        const void *pairs[3][2] = {{dy8, gy}, {dx8, gx}, {dw8, gw}};
+        const size_t bytes[3] = {ny * 2, nx * 2, nw * 4};
+        for (int k = 0; k < 3; k++) {
+            char *a = malloc(bytes[k]), *c = malloc(bytes[k]);
+            CK(cudaMemcpy(a, pairs[k][0], bytes[k], cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(c, pairs[k][1], bytes[k], cudaMemcpyDeviceToHost));
+            same &= a && c && !memcmp(a, c, bytes[k]);
+            free(a), free(c);
+        }
+        check_that(same, "%s %dx%dx%d: with the amax of x and dy given (as reported), y, dx and dW are the measured "
+                   "ones bit for bit", name, N, C, OC);
+        void *more[] = {given, saved2, gy, gx, gw};
+        for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) be->runtime->free(be, more[i]);
+    }
 
     free(x), free(w), free(dy), free(b), free(res), free(dw0), free(y8), free(yb), free(ye), free(gx8), free(gxb);
     free(gw8), free(gwb), free(ex), free(ew), free(i8), free(ie), free(ib);
