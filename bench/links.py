@@ -77,6 +77,8 @@ SUITES = {
     # the link variables slow every pair of GPUs alike, so the rows compare bytes and overlap, not a fast link
     # inside a node beside a slow one between nodes.
     "hpz": dict(model="llama1b", mbs=16, seq=1024, accum=1, steps=10),
+    # The same 2 nodes of 2 with the wire options README recommends for a slow link, each strategy.
+    "hpz-wire": dict(model="llama1b", mbs=16, seq=1024, accum=1, steps=10),
 }
 
 # The reference: torch_bench.py's fsdp2 mode (fully_shard per decoder block and the root, bf16 params,
@@ -131,6 +133,15 @@ ROWS = [
      None),
     ("hpz", "fsdp", "fsdp.c HYBRID (2 nodes of 2)", "--strategy HYBRID --ranks-per-node 2", None),
     ("hpz", "ref", "FSDP2 FULL_SHARD + compile", FSDP2_COMPILE, IB),
+
+    ("hpz-wire", "fsdp", "fsdp.c FULL (2 nodes of 2)", "--strategy FULL --ranks-per-node 2", ("nvlink",)),
+    ("hpz-wire", "fsdp", "fsdp.c FULL, hpZ 2, reduce int8, gather int8 (2 nodes of 2)",
+     "--strategy FULL --ranks-per-node 2 --reshard-after-forward 2 --reduce-dtype int8 --gather-dtype int8", IB),
+    ("hpz-wire", "fsdp", "fsdp.c SHARD_GRAD_OP, reduce int8, gather int8 (2 nodes of 2)",
+     "--strategy SHARD_GRAD_OP --ranks-per-node 2 --reduce-dtype int8 --gather-dtype int8", IB),
+    ("hpz-wire", "fsdp", "fsdp.c HYBRID, reduce int8, gather int8 (2 nodes of 2)",
+     "--strategy HYBRID --ranks-per-node 2 --reduce-dtype int8 --gather-dtype int8", IB),
+    ("hpz-wire", "ref", "FSDP2 FULL_SHARD + compile", FSDP2_COMPILE, IB),
 
     ("eth-accum", "fsdp", "fsdp.c FULL (accumulate sharded: default)", "--strategy FULL", ("eth",)),
     ("eth-accum", "fsdp", "fsdp.c FULL, accumulate local", "--strategy FULL --accumulate local", ("eth",)),
