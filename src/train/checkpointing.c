@@ -275,17 +275,12 @@ int fsdp_trainer_load(fsdp_trainer *t, const char *path, fsdp_err *err) { return
 /* The initial weights, one unit at a time: the host holds one unit's shard (fp32, and its master-dtype
  * copy) at once, not the model's (two whole copies of the weights, 9.2 GiB for Llama-3.2-1B, were
  * more than the plan left free on a 24 GB host). */
-static int64_t largest_shard(const fsdp_trainer *t) {
-    int64_t largest = 0;
-    for (int u = 0; u < t->layout.num_units; u++) {
-        int64_t len = fsdp_engine_view(t->eng, u).len;
-        if (len > largest) largest = len;
-    }
-    return largest;
+size_t fsdp_trainer_init_staging_bytes(int64_t largest_shard, size_t master_size) {
+    return (size_t)largest_shard * (4 + (master_size != 4 ? master_size : 0));
 }
 
 void fsdp_trainer_init_weights(fsdp_trainer *t) {
-    const int64_t largest = largest_shard(t);
+    const int64_t largest = t->plan.engine.largest_shard; /* the engine was built from this plan */
     /* A minute or more of set-up for a 7B model on few cores: say what the wait is. */
     if (t->layout.total_numel >= 100000000)
         fsdp_log("initial weights: drawing %.2fB parameters (seed %llu) on %d threads\n", t->layout.total_numel / 1e9,
@@ -297,6 +292,7 @@ void fsdp_trainer_init_weights(fsdp_trainer *t) {
     for (int u = 0; u < t->layout.num_units; u++) {
         fsdp_shard_view view = fsdp_engine_view(t->eng, u);
         const fsdp_unit_desc *ud = &t->layout.units[u];
+        FSDP_ASSERT(view.len <= largest);
         /* Padding past the last parameter stays zero. */
         memset(host, 0, (size_t)view.len * sizeof(float));
         for (int k = 0; k < ud->num_params; k++) {

@@ -62,5 +62,8 @@ int fsdp_trainer_load_into(fsdp_trainer *t, const char *path, void *host, fsdp_e
 /* Refuses, before allocating, a run whose host memory (model state on the CPU backend, checkpoint
  * snapshots on either) exceeds what the node's host has (src/train/host_memory.c). Collective. */
 int fsdp_host_memory_check(fsdp_trainer *t, fsdp_err *err);
+/* Host bytes fsdp_trainer_init_weights stages the initial weights through: the largest unit shard in
+ * fp32, and again in the master dtype when its elements are not 4 bytes. */
+size_t fsdp_trainer_init_staging_bytes(int64_t largest_shard, size_t master_size);
 
 #endif

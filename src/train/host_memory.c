@@ -68,7 +68,7 @@ static need estimate(const fsdp_trainer *t) {
     const size_t es = fsdp_device_dtype_size(t->be->kind, o->master_dtype);
     if (o->ckpt_dir && writes) r.snapshot = (double)fsdp_snapshot_bytes(t->plan.engine.total_shard, es);
     /* Without --init-from the run may draw its weights (unless it resumes, which stages its own). */
-    if (!o->init_from) r.staging = (double)t->plan.engine.largest_shard * (double)(4 + (es != 4 ? es : 0));
+    if (!o->init_from) r.staging = (double)fsdp_trainer_init_staging_bytes(t->plan.engine.largest_shard, es);
     return r;
 }
 

@@ -107,6 +107,24 @@ static inline void attn_set_smem(const void *fn, int bytes, const char *kernel) 
                    cudaGetErrorString(e));
 }
 
+/* One launch of a flash body's kernel pair (ATTN_FLASH_KERNELS): the dropping variant when dr is
+ * active, else the plain one, its shared memory raised first and the launch checked by name. */
+typedef void (*attn_plain_kernel)(const attn_args);
+typedef void (*attn_drop_kernel)(const attn_args, const attn_dropout);
+static inline void attn_launch(attn_plain_kernel plain, const char *plain_name, attn_drop_kernel drop,
+                               const char *drop_name, dim3 grid, int threads, int smem, const attn_args *a,
+                               const attn_dropout *dr, cudaStream_t s) {
+    if (dr && dr->active) {
+        attn_set_smem((const void *)drop, smem, drop_name);
+        drop<<<grid, threads, smem, s>>>(*a, *dr);
+        attn_check_launch(drop_name);
+    } else {
+        attn_set_smem((const void *)plain, smem, plain_name);
+        plain<<<grid, threads, smem, s>>>(*a);
+        attn_check_launch(plain_name);
+    }
+}
+
 /* ---- device helpers ---- */
 
 static __device__ __forceinline__ uint32_t attn_smem_addr(const void *p) {

@@ -461,19 +461,9 @@ static int attn_tc_backward_dq_atomic(const attn_args *a, const attn_dropout *dr
     if (e != cudaSuccess) fsdp_fatal("flash attention backward: cudaMemsetAsync of dQ's sums (%zu bytes) failed: %s",
                                      accum, cudaGetErrorString(e));
     const dim3 grid((unsigned)(a->B * a->Hkv), (unsigned)nkb);
-    if (dr && dr->active) {
-        const char *name = d64 ? "flash_bwd_dkdvq_drop_d64" : "flash_bwd_dkdvq_drop_d128";
-        void (*k)(const attn_args, const attn_dropout) = d64 ? flash_bwd_dkdvq_drop_d64 : flash_bwd_dkdvq_drop_d128;
-        attn_set_smem((const void *)k, smem, name);
-        k<<<grid, kv_threads, smem, s>>>(*a, *dr);
-        attn_check_launch(name);
-    } else {
-        const char *name = d64 ? "flash_bwd_dkdvq_d64" : "flash_bwd_dkdvq_d128";
-        void (*k)(const attn_args) = d64 ? flash_bwd_dkdvq_d64 : flash_bwd_dkdvq_d128;
-        attn_set_smem((const void *)k, smem, name);
-        k<<<grid, kv_threads, smem, s>>>(*a);
-        attn_check_launch(name);
-    }
+    attn_launch(d64 ? flash_bwd_dkdvq_d64 : flash_bwd_dkdvq_d128, d64 ? "flash_bwd_dkdvq_d64" : "flash_bwd_dkdvq_d128",
+                d64 ? flash_bwd_dkdvq_drop_d64 : flash_bwd_dkdvq_drop_d128,
+                d64 ? "flash_bwd_dkdvq_drop_d64" : "flash_bwd_dkdvq_drop_d128", grid, kv_threads, smem, a, dr, s);
     const long long n4 = (long long)a->B * a->T * a->Hq * a->D / 4;
     const unsigned blocks = (unsigned)(n4 / 256 + 1 < 8192 ? n4 / 256 + 1 : 8192);
     flash_bwd_dq_convert<<<blocks, 256, 0, s>>>(*a);
@@ -492,28 +482,11 @@ int attn_tc_backward(const attn_args *a, const attn_dropout *dr, cudaStream_t s)
     const int nkb = (a->T + kv_bc - 1) / kv_bc, nqb = (a->T + q_br - 1) / q_br;
     if (nkb > 65535 || nqb > 65535) return -1;
     const dim3 kv_grid((unsigned)(a->B * a->Hkv), (unsigned)nkb), q_grid((unsigned)(a->B * a->Hq), (unsigned)nqb);
-    if (dr && dr->active) {
-        const char *kv_name = d64 ? "flash_bwd_dkdv_drop_d64" : "flash_bwd_dkdv_drop_d128";
-        const char *q_name = d64 ? "flash_bwd_dq_drop_d64" : "flash_bwd_dq_drop_d128";
-        void (*kv)(const attn_args, const attn_dropout) = d64 ? flash_bwd_dkdv_drop_d64 : flash_bwd_dkdv_drop_d128;
-        void (*q)(const attn_args, const attn_dropout) = d64 ? flash_bwd_dq_drop_d64 : flash_bwd_dq_drop_d128;
-        attn_set_smem((const void *)kv, kv_smem, kv_name);
-        kv<<<kv_grid, kv_threads, kv_smem, s>>>(*a, *dr);
-        attn_check_launch(kv_name);
-        attn_set_smem((const void *)q, q_smem, q_name);
-        q<<<q_grid, DQ_WARPS * 32, q_smem, s>>>(*a, *dr);
-        attn_check_launch(q_name);
-    } else {
-        const char *kv_name = d64 ? "flash_bwd_dkdv_d64" : "flash_bwd_dkdv_d128";
-        const char *q_name = d64 ? "flash_bwd_dq_d64" : "flash_bwd_dq_d128";
-        void (*kv)(const attn_args) = d64 ? flash_bwd_dkdv_d64 : flash_bwd_dkdv_d128;
-        void (*q)(const attn_args) = d64 ? flash_bwd_dq_d64 : flash_bwd_dq_d128;
-        attn_set_smem((const void *)kv, kv_smem, kv_name);
-        kv<<<kv_grid, kv_threads, kv_smem, s>>>(*a);
-        attn_check_launch(kv_name);
-        attn_set_smem((const void *)q, q_smem, q_name);
-        q<<<q_grid, DQ_WARPS * 32, q_smem, s>>>(*a);
-        attn_check_launch(q_name);
-    }
+    attn_launch(d64 ? flash_bwd_dkdv_d64 : flash_bwd_dkdv_d128, d64 ? "flash_bwd_dkdv_d64" : "flash_bwd_dkdv_d128",
+                d64 ? flash_bwd_dkdv_drop_d64 : flash_bwd_dkdv_drop_d128,
+                d64 ? "flash_bwd_dkdv_drop_d64" : "flash_bwd_dkdv_drop_d128", kv_grid, kv_threads, kv_smem, a, dr, s);
+    attn_launch(d64 ? flash_bwd_dq_d64 : flash_bwd_dq_d128, d64 ? "flash_bwd_dq_d64" : "flash_bwd_dq_d128",
+                d64 ? flash_bwd_dq_drop_d64 : flash_bwd_dq_drop_d128,
+                d64 ? "flash_bwd_dq_drop_d64" : "flash_bwd_dq_drop_d128", q_grid, DQ_WARPS * 32, q_smem, a, dr, s);
     return 0;
 }

@@ -229,18 +229,8 @@ int attn_tc_forward(const attn_args *a, const attn_dropout *dr, cudaStream_t s) 
     if (nqb > 65535) return -1;
     const dim3 grid((unsigned)(a->B * a->Hq), (unsigned)nqb), block(FWD_WARPS * 32);
     const int d64 = a->D == 64;
-    if (dr && dr->active) {
-        const char *name = d64 ? "flash_fwd_drop_d64" : "flash_fwd_drop_d128";
-        void (*kernel)(const attn_args, const attn_dropout) = d64 ? flash_fwd_drop_d64 : flash_fwd_drop_d128;
-        attn_set_smem((const void *)kernel, smem, name);
-        kernel<<<grid, block, smem, s>>>(*a, *dr);
-        attn_check_launch(name);
-    } else {
-        const char *name = d64 ? "flash_fwd_d64" : "flash_fwd_d128";
-        void (*kernel)(const attn_args) = d64 ? flash_fwd_d64 : flash_fwd_d128;
-        attn_set_smem((const void *)kernel, smem, name);
-        kernel<<<grid, block, smem, s>>>(*a);
-        attn_check_launch(name);
-    }
+    attn_launch(d64 ? flash_fwd_d64 : flash_fwd_d128, d64 ? "flash_fwd_d64" : "flash_fwd_d128",
+                d64 ? flash_fwd_drop_d64 : flash_fwd_drop_d128, d64 ? "flash_fwd_drop_d64" : "flash_fwd_drop_d128",
+                grid, (int)block.x, smem, a, dr, s);
     return 0;
 }
