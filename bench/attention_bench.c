@@ -6,12 +6,17 @@
  * atomics (fsdp_cuda_flash_backward_atomic, 5 products). Each figure is the median of 20 timed runs (CUDA events) after 3
  * warm-up runs, on random inputs. Not a test: no pass/fail; exits 0 without a GPU.
  *
+ * Where the build has cuDNN (FSDP_HAVE_CUDNN) each shape is also timed through the CUDA backend's
+ * attention ops with --attn cudnn (cuDNN's fused attention: the plan is built in the warm-up runs),
+ * as the mean of REPS runs between two device synchronisations (the backend's own stream).
+ *
  * `attention_bench --dropout P` also times every shape with attention-probability dropout at rate P
  * (the DROP variants of the kernels) and prints its time relative to the plain kernels.
  *
  * Build: gcc -std=c11 -O2 -Isrc -I/usr/local/cuda/include bench/attention_bench.c <libfsdp_core.a and
  * its dependencies> -L/usr/local/cuda/lib64 -lcudart */
 #include <cuda_runtime.h>
+#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +24,20 @@
 
 #include "base/dtype.h"
 #include "bench_cuda.h"
+#include "backend/backend.h"
 #include "kernels/ops_cuda.h"
+
+#if FSDP_HAVE_CUDNN
+#include <time.h>
+
+static fsdp_backend *cudnn_backend; /* NULL: cuDNN not timed */
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+#endif
 
 
 static uint64_t g_rng = 0x853c49e6748fea9bull;
@@ -96,6 +114,29 @@ static void bench(int B, int T, int Hq, int Hkv, int D, double p) {
         printf("  with dropout %.2f:                       fwd %8.3f ms (x%.3f)             bwd %8.3f ms (x%.3f)\n", p,
                dfwd_ms, dfwd_ms / fwd_ms, dbwd_ms, dbwd_ms / bwd_ms);
     }
+#if FSDP_HAVE_CUDNN
+    if (cudnn_backend) {
+        fsdp_backend *g = cudnn_backend;
+        double ms[2];
+        for (int bwd = 0; bwd < 2; bwd++) {
+            for (int r = 0; r < WARMUP + REPS; r++) {
+                if (r == WARMUP) {
+                    CK(cudaDeviceSynchronize());
+                    ms[bwd] = now_ms();
+                }
+                if (bwd)
+                    g->ops->attention_backward(g, FSDP_ATTN_CUDNN, s.dqkv, s.dout, s.qkv, s.out, s.lse, NULL, B, T, Hq,
+                                               Hkv, D, 0, NULL);
+                else
+                    g->ops->attention_forward(g, FSDP_ATTN_CUDNN, s.out, s.lse, NULL, s.qkv, B, T, Hq, Hkv, D, 0, NULL);
+            }
+            CK(cudaDeviceSynchronize());
+            ms[bwd] = (now_ms() - ms[bwd]) / REPS;
+        }
+        printf("  cudnn:                                    fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s\n",
+               ms[0], fwd_flop / (ms[0] * 1e-3) / 1e12, ms[1], bwd_flop / (ms[1] * 1e-3) / 1e12);
+    }
+#endif
     fflush(stdout);
 
     CK(cudaFree(s.qkv));
@@ -121,9 +162,20 @@ int main(int argc, char **argv) {
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("attention_bench on %s (%d SMs); causal, bf16, flash path\n", prop.name, prop.multiProcessorCount);
+#if FSDP_HAVE_CUDNN
+    MPI_Init(&argc, &argv);
+    fsdp_err err = {0};
+    fsdp_backend_options o = {.kind = "cuda", .act_dtype = FSDP_BF16, .grad_dtype = FSDP_F32, .local_size = 1};
+    cudnn_backend = fsdp_backend_create(&o, &err);
+    if (!cudnn_backend) printf("cudnn not timed: %s\n", err.msg);
+#endif
     bench(8, 2048, 32, 8, 64, p);
     bench(32, 1024, 32, 8, 64, p); /* Llama-3.2-1B, micro-batch 32 x 1024 */
     bench(4, 2048, 32, 32, 128, p);
     bench(5, 4096, 32, 32, 128, p); /* Llama-2-7B, micro-batch 5 x 4096 */
+#if FSDP_HAVE_CUDNN
+    if (cudnn_backend) cudnn_backend->runtime->destroy(cudnn_backend);
+    MPI_Finalize();
+#endif
     return 0;
 }

@@ -280,6 +280,10 @@ typedef struct fsdp_backend_ops {
     void (*attention_forward)(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
                               const void *qkv, int B, int T, int Hq, int Hkv, int D, int window,
                               const fsdp_dropout *drop);
+    /* NULL when `mode` can train attention over T tokens of head dim D with this sliding window
+     * and attention dropout rate on this backend, else why not (one line): the trainer asks before
+     * it loads anything (--attn cudnn needs cuDNN and supports neither windows nor dropout). */
+    const char *(*attention_unsupported)(fsdp_backend *be, fsdp_attn mode, int T, int D, int window, double dropout);
     /* dqkv overwritten (all three parts). */
     void (*attention_backward)(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
                                const void *qkv, const void *out, const float *lse, const void *probs,

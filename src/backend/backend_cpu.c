@@ -681,6 +681,13 @@ static void cpu_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out
     if (mode == FSDP_ATTN_EAGER && probs) round_if(ACT(be), probs, (size_t)B * Hq * T * T);
 }
 
+/* Every mode is the same exact attention here. */
+static const char *cpu_attention_unsupported(fsdp_backend *be, fsdp_attn mode, int T, int D, int window,
+                                             double dropout) {
+    (void)be, (void)mode, (void)T, (void)D, (void)window, (void)dropout;
+    return NULL;
+}
+
 static void cpu_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const float *lse, const void *probs, int B,
                                       int T, int Hq, int Hkv, int D, int window, const fsdp_dropout *drop) {
@@ -857,6 +864,7 @@ static const fsdp_backend_ops cpu_ops = {
     .rope_forward = cpu_rope_forward_op,
     .rope_backward = cpu_rope_backward_op,
     .attention_forward = cpu_attention_forward_op,
+    .attention_unsupported = cpu_attention_unsupported,
     .attention_backward = cpu_attention_backward_op,
     .qk_norm_forward = cpu_qk_norm_forward_op,
     .qk_norm_backward = cpu_qk_norm_backward_op,

@@ -13,13 +13,51 @@
 
 #include "../kernels/ops_cuda.h"
 #include "cuda_internal.h"
+#if FSDP_HAVE_CUDNN
+#include "cuda_cudnn_attention.h"
+#endif
 
 static size_t esize(fsdp_backend *be) { return fsdp_dtype_info_of(be->act_dtype)->bytes; }
+
+const char *fsdp_cuda_attention_unsupported_op(fsdp_backend *be, fsdp_attn mode, int T, int D, int window,
+                                              double dropout) {
+    if (mode != FSDP_ATTN_CUDNN) return NULL;
+#if FSDP_HAVE_CUDNN
+    const fsdp_dropout drop = fsdp_dropout_make(dropout, 0, 0, 0, FSDP_DROPOUT_ATTN_PROBS);
+    const char *why = fsdp_cuda_cudnn_attention_unsupported(be, be->act_dtype, D, window, dropout > 0 ? &drop : NULL);
+    return why ? why : fsdp_cuda_cudnn_backward_unsupported(T);
+#else
+    (void)be, (void)T, (void)D, (void)window, (void)dropout;
+    return "this build has no cuDNN (cudnn_graph.h was not found when it was configured)";
+#endif
+}
+
+/* --attn cudnn: runs the case on cuDNN (1), or ends the run saying why it cannot. */
+static int use_cudnn(fsdp_backend *be, fsdp_attn mode, int D, int window, const fsdp_dropout *drop) {
+    if (mode != FSDP_ATTN_CUDNN) return 0;
+#if FSDP_HAVE_CUDNN
+    const char *why = fsdp_cuda_cudnn_attention_unsupported(be, be->act_dtype, D, window, drop);
+    if (why) fsdp_fatal("--attn cudnn: %s; --attn flash runs it", why);
+    return 1;
+#else
+    (void)be, (void)D, (void)window, (void)drop;
+    fsdp_fatal("--attn cudnn: this build has no cuDNN (cudnn_graph.h was not found when it was configured); "
+               "--attn flash runs it");
+#endif
+}
 
 void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, int window,
                                     const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
+#if FSDP_HAVE_CUDNN
+    if (use_cudnn(be, mode, D, window, drop)) {
+        fsdp_cuda_cudnn_attention_forward(be, out, lse, qkv, B, T, Hq, Hkv, D);
+        return;
+    }
+#else
+    (void)use_cudnn(be, mode, D, window, drop);
+#endif
     if (fsdp_attn_flash(mode) || !probs) {
         fsdp_cuda_flash_forward_window(out, lse, qkv, B, T, Hq, Hkv, D, window, drop, be->act_dtype, s);
         return;
@@ -65,6 +103,14 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
                                      const void *out, const float *lse, const void *probs, int B, int T, int Hq,
                                      int Hkv, int D, int window, const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
+#if FSDP_HAVE_CUDNN
+    if (use_cudnn(be, mode, D, window, drop)) {
+        fsdp_cuda_cudnn_attention_backward(be, dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D);
+        return;
+    }
+#else
+    (void)use_cudnn(be, mode, D, window, drop);
+#endif
     if (mode == FSDP_ATTN_FLASH_ATOMIC) {
         float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_atomic_scratch(B, T, Hq, Hkv, D));
         fsdp_cuda_flash_backward_atomic(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, window, drop, be->act_dtype,

@@ -9,6 +9,9 @@
 #include "../base/log.h"
 #include "../base/watchdog.h"
 #include "cuda_internal.h"
+#if FSDP_HAVE_CUDNN
+#include "cuda_cudnn_attention.h"
+#endif
 
 int fsdp_backend_cuda_available(void) {
     int n = 0;
@@ -403,6 +406,9 @@ static void cuda_all_to_all(fsdp_backend *be, fsdp_comm *c, const void *send, vo
 static void cuda_destroy(fsdp_backend *be) {
     cuda_context *im = cuda_of(be);
     FSDP_CHECK_CUDA(cudaDeviceSynchronize());
+#if FSDP_HAVE_CUDNN
+    fsdp_cuda_cudnn_destroy(be);
+#endif
     fsdp_cuda_matmul_destroy(be);
     if (im->scratch) cuda_free(be, im->scratch);
     if (im->lt_workspace) cuda_free(be, im->lt_workspace);

@@ -64,6 +64,8 @@ typedef struct {
     /* 1 once cuBLASLt refused outer-vector scales: rowwise FP8 products then scale in an epilogue
      * (cuda_fp8.c) */
     int fp8_epilogue;
+    /* --attn cudnn's handle and plans (cuda_cudnn_attention.c), made at its first use */
+    struct fsdp_cudnn_context *cudnn;
 } cuda_context;
 
 static inline cuda_context *cuda_of(fsdp_backend *be) { return (cuda_context *)be->context; }
@@ -114,6 +116,8 @@ void fsdp_cuda_gemm_strided_batched(fsdp_backend *be, int transa, int transb, in
 void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, int window,
                                     const fsdp_dropout *drop);
+const char *fsdp_cuda_attention_unsupported_op(fsdp_backend *be, fsdp_attn mode, int T, int D, int window,
+                                              double dropout);
 void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqkv, const void *dout, const void *qkv,
                                      const void *out, const float *lse, const void *probs, int B, int T, int Hq,
                                      int Hkv, int D, int window, const fsdp_dropout *drop);

@@ -230,6 +230,7 @@ const fsdp_backend_ops fsdp_cuda_ops = {
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,
     .attention_forward = fsdp_cuda_attention_forward_op,
+    .attention_unsupported = fsdp_cuda_attention_unsupported_op,
     .attention_backward = fsdp_cuda_attention_backward_op,
     .qk_norm_forward = fsdp_cuda_qk_norm_forward_op,
     .qk_norm_backward = fsdp_cuda_qk_norm_backward_op,

@@ -31,6 +31,16 @@ size_t fsdp_device_alloc_size(fsdp_device_kind k, size_t bytes) {
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+size_t fsdp_cudnn_attention_scratch(int B, int T, int Hq, int Hkv, int D) {
+    const size_t rows = (size_t)B * Hq * T;
+    const size_t ours = align256(rows * D * sizeof(float)) + align256(rows * sizeof(float)); /* dq_accum, delta */
+    /* the engine's: with grouped heads, per-query-head dK and dV in bf16 before the group sums */
+    const size_t engine = (Hq != Hkv ? 2 * align256(rows * D * 2) : 0) + 256;
+    return ours + engine;
+}
+
 size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x) {
     if (k == FSDP_DEVICE_CPU) return 0;
     size_t need = fsdp_cuda_norm_backward_scratch(x->tokens, x->hidden);
@@ -38,6 +48,8 @@ size_t fsdp_device_op_scratch(fsdp_device_kind k, const fsdp_op_extent *x) {
     if (x->attn == FSDP_ATTN_EAGER)
         need = max_size(need, fsdp_cuda_eager_backward_scratch(x->batch, x->seq, x->q_heads,
                                                                fsdp_device_dtype_size(k, x->act_dtype), x->attn_dropout));
+    else if (x->attn == FSDP_ATTN_CUDNN)
+        need = max_size(need, fsdp_cudnn_attention_scratch(x->batch, x->seq, x->q_heads, x->kv_heads, x->head_dim));
     else if (x->attn == FSDP_ATTN_FLASH_ATOMIC)
         need = max_size(need, fsdp_cuda_flash_backward_atomic_scratch(x->batch, x->seq, x->q_heads, x->kv_heads,
                                                                       x->head_dim));

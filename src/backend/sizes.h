@@ -51,6 +51,11 @@ typedef struct {
     size_t fp8_scratch;  /* --fp8: the block projections' largest FP8 operands (fsdp_fp8_layer_scratch) */
 } fsdp_op_extent;
 
+/* --attn cudnn's scratch per attention backward: cuDNN's fp32 dQ sums and row deltas, which fsdp.c
+ * places, and the engine's own workspace (measured with cuDNN 9.19 on Hopper: 256 bytes, plus the
+ * per-query-head dK and dV with grouped heads; the GPU test holds the two equal). */
+size_t fsdp_cudnn_attention_scratch(int B, int T, int Hq, int Hkv, int D);
+
 /* The largest op-scratch request of a step with these shapes (0 on the CPU, whose ops take
  * transient host memory that reserved_bytes does not count). The CUDA backend reserves it before
  * the first step (reserve_scratch), so a step allocates nothing. */

@@ -76,7 +76,7 @@ int fsdp_cmd_eval(int argc, char **argv) {
          PRECISIONS, 0},
         {"mixed-precision", FSDP_ARG_CHOICE, &mixed_precision, "P", "Compute precision (bf16 = mixed precision; auto = bf16 on GPUs, no on the CPU backend).",
          1, 0, MIXED, 0},
-        {"attn", FSDP_ARG_CHOICE, &attn, "A", "Attention kernel: eager or flash.", 1, 0, ATTN, 0},
+        {"attn", FSDP_ARG_CHOICE, &attn, "A", "Attention kernel: eager, flash, flash-atomic or cudnn (as fsdp train).", 1, 0, ATTN, 0},
         {"device", FSDP_ARG_CHOICE, &device, "D", "Backend: auto uses the GPUs when there are any.", 1, 0, DEVICES,
          0},
         {"prefetch", FSDP_ARG_INT, &prefetch, "N", "Units whose all-gather starts ahead of their use.", 0, 64, NULL,

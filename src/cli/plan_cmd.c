@@ -269,7 +269,7 @@ int fsdp_cmd_plan(int argc, char **argv) {
          "As fsdp train: what parameter gathers send (int8 and fp8 keep quantized shards).", 1, 0, FSDP_CLI_GATHER, 0},
         {"accumulate", FSDP_ARG_CHOICE, &prec.accumulate, "A", "As fsdp train.", 1, 0, FSDP_CLI_ACCUMULATE, 0},
         {"attn", FSDP_ARG_CHOICE, &attn, "A", "eager keeps the seq x seq probabilities; flash does not; flash-atomic also keeps the query "
-         "gradient's fp32 sums in the backward (as fsdp train).", 1, 0, ATTN, 0},
+         "gradient's fp32 sums in the backward, cudnn those and cuDNN's workspace (as fsdp train).", 1, 0, ATTN, 0},
         {"recompute", FSDP_ARG_CHOICE, &recompute, "R",
          "As fsdp train: what a layer keeps for its backward (none: everything; selective: the matrix products' "
          "outputs; full: only its input, the layer's forward is run again in the backward).", 1, 0, RECOMPUTE, 0},

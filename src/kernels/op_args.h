@@ -7,21 +7,24 @@
 
 /* The attention paths (--attn): eager keeps the T x T probabilities; flash never does, and its
  * backward is deterministic (dQ by a second pass over the keys); flash-atomic is flash with dQ
- * summed by atomics in the dK/dV pass (fewer products, not bitwise reproducible run to run; the
- * CPU backend's attention is exact either way). */
-typedef enum { FSDP_ATTN_EAGER = 0, FSDP_ATTN_FLASH = 1, FSDP_ATTN_FLASH_ATOMIC = 2 } fsdp_attn;
+ * summed by atomics in the dK/dV pass (fewer products, not bitwise reproducible run to run);
+ * cudnn is cuDNN's fused attention (Hopper-native kernels; GPUs only, loaded at run time). The
+ * CPU backend's attention is exact whichever is named. */
+typedef enum { FSDP_ATTN_EAGER = 0, FSDP_ATTN_FLASH = 1, FSDP_ATTN_FLASH_ATOMIC = 2, FSDP_ATTN_CUDNN = 3 } fsdp_attn;
 /* Their names, indexed by fsdp_attn (NULL-terminated, as the argument parser's choices). */
-#define FSDP_ATTN_NAMES {"eager", "flash", "flash-atomic", NULL}
+#define FSDP_ATTN_NAMES {"eager", "flash", "flash-atomic", "cudnn", NULL}
 static inline const char *fsdp_attn_name(fsdp_attn a) {
     static const char *const names[] = FSDP_ATTN_NAMES;
-    return a >= FSDP_ATTN_EAGER && a <= FSDP_ATTN_FLASH_ATOMIC ? names[a] : "?";
+    return a >= FSDP_ATTN_EAGER && a <= FSDP_ATTN_CUDNN ? names[a] : "?";
 }
 /* The path of a name (flash for one it does not know: callers have checked the choices). */
 static inline fsdp_attn fsdp_attn_of(const char *name) {
     if (!strcmp(name, "eager")) return FSDP_ATTN_EAGER;
+    if (!strcmp(name, "cudnn")) return FSDP_ATTN_CUDNN;
     return !strcmp(name, "flash-atomic") ? FSDP_ATTN_FLASH_ATOMIC : FSDP_ATTN_FLASH;
 }
-/* Whether the path runs the flash kernels (no T x T probabilities kept). */
+/* Whether the path keeps no T x T probabilities (the flash kernels' and cuDNN's: the log-sum-exp
+ * rows instead). */
 static inline int fsdp_attn_flash(fsdp_attn a) { return a != FSDP_ATTN_EAGER; }
 
 typedef struct {

@@ -126,6 +126,15 @@ static void check_fp8(const fsdp_trainer *t, fsdp_err *err) {
                     fsdp_fp8_name(o->fp8), FSDP_FP8_DIM_MULTIPLE, o->mbs, o->seq, N, C, qkv, q, F);
 }
 
+/* --attn: the backend runs the model's attention that way (cuDNN's graphs have no sliding window
+ * or attention dropout, and need the library). */
+static void check_attn(const fsdp_trainer *t, const fsdp_dropout_rates *rates, fsdp_err *err) {
+    if (err->failed) return;
+    const char *why = t->be->ops->attention_unsupported(t->be, t->opt.attn, t->opt.seq, t->cfg.head_dim,
+                                                        t->cfg.sliding_window, rates->attention);
+    if (why) fsdp_usagef(err, "--attn %s: %s; --attn flash runs it", fsdp_attn_name(t->opt.attn), why);
+}
+
 static int setup(fsdp_trainer *t, fsdp_err *err) {
     const fsdp_train_options *o = &t->opt;
     if (fsdp_topology_detect(t->world, o->ranks_per_node, &t->topo, err) == 0 &&
@@ -154,6 +163,7 @@ static int setup(fsdp_trainer *t, fsdp_err *err) {
     fsdp_fit_choose(t, err); /* the micro-batch of --mbs auto, the accumulation of --global-batch */
     if (!err->failed) fsdp_plan_check_embed_rows("train", o, t->topo.world, err);
     check_fp8(t, err);
+    check_attn(t, &rates, err);
     if (fsdp_agree(t->world, err)) return -1;
     if (fsdp_host_memory_check(t, err)) return -1;
 

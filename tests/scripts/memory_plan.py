@@ -34,6 +34,7 @@ CASES = [
     (2, "HYBRID", 1, "tiny-opt", 3, ["--head-chunk-tokens", "7"]),
     (2, "FULL", 0, "tiny-opt", 2, ["--dropout", "0.1", "--attn", "eager"]),
     (2, "FULL", 0, "tiny-llama", 2, ["--attn", "flash-atomic"]),
+    (2, "SHARD_GRAD_OP", 0, "tiny-llama", 2, ["--attn", "cudnn"]),  # on the CPU: its exact attention
     (3, "SHARD_GRAD_OP", 0, "tiny-llama", 2, ["--dropout", "0.1"]),
     # Activation recomputation: what the layers keep, with every attention and dropout path.
     (1, "FULL", 0, "tiny-llama", 3, ["--recompute", "full"]),
@@ -111,6 +112,20 @@ for attn in ("flash", "flash-atomic"):
 t.check(scr["flash-atomic"] == 5 * 32 * 4096 * 4 + 5 * 4096 * 32 * 128 * 4 and scr["flash"] < scr["flash-atomic"],
         "llama-2-7b at 5 x 4096 on a GPU: op scratch %s with --attn flash, %s with flash-atomic" % (scr["flash"],
                                                                                                   scr["flash-atomic"]))
+# --attn cudnn: the same fp32 dQ sums and deltas, each 256-byte aligned, and cuDNN's engine workspace
+# (256 bytes with as many kv heads as query heads; with grouped heads also the per-query-head dK and dV
+# in bf16: Llama-3.2-1B at 32 x 1024, 32 query heads of 64 over 8 kv heads). test_gpu_backend holds
+# these equal to what cuDNN asks for.
+def scratch(model, mbs, seq, attn):
+    rc, out, err = t.run(1, ["plan", "--model", model, "--mbs", str(mbs), "--seq", str(seq), "--attn", attn,
+                             "--gpu-mem", "141", "--json"], check=True)
+    return json.loads(out)["bytes"]["op_scratch"] if rc == 0 else None
+cudnn_7b, cudnn_1b = scratch("llama-2-7b", 5, 4096, "cudnn"), scratch("llama-3.2-1b", 32, 1024, "cudnn")
+t.check(cudnn_7b == 5 * 4096 * 32 * 128 * 4 + 5 * 32 * 4096 * 4 + 256,
+        "llama-2-7b at 5 x 4096 on a GPU: op scratch %s with --attn cudnn" % cudnn_7b)
+rows_1b = 32 * 32 * 1024
+t.check(cudnn_1b == rows_1b * 64 * 4 + rows_1b * 4 + 2 * rows_1b * 64 * 2 + 256,
+        "llama-3.2-1b at 32 x 1024 on a GPU: op scratch %s with --attn cudnn" % cudnn_1b)
 
 # What each --recompute mode keeps, counted from tiny-llama's shapes (2 layers, hidden 48, ffn 88, 6/2
 # heads of 8; micro-batch 2 x 16 tokens; 4-byte values on the CPU backend), within each tensor's

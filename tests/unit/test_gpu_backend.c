@@ -2,7 +2,8 @@
  * (kernels, cuBLASLt products, eager and flash attention, optimizer and reductions), on fresh random
  * inputs, forward and backward, in fp32 mode (tolerance 1e-4, TF32 off) and bf16 mode (inputs
  * rounded to bf16 for both sides; tolerance 2e-2); attention and the residual ops also with dropout
- * (the same descriptor on both sides, so the same masks). Outputs that ops overwrite are poisoned with
+ * (the same descriptor on both sides, so the same masks); in bf16 mode --attn cudnn too, where the
+ * build has cuDNN (and its scratch as the plan counts it). Outputs that ops overwrite are poisoned with
  * NaN first; accumulated outputs start from random values. Exit 77 without a GPU. */
 #include <math.h>
 #include <mpi.h>
@@ -11,6 +12,11 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/sizes.h"
+#if FSDP_HAVE_CUDNN
+#include "backend/cuda_cudnn_attention.h"
+#include "backend/cuda_cudnn_graph.h"
+#endif
 #include "base/rng.h"
 #include "check.h"
 #include "device_copy.h"
@@ -155,9 +161,11 @@ static void test_norm(int llama, int N, int C) {
 
 /* p > 0 drops the probabilities (attention_forward / _backward with a dropout descriptor) on both
  * backends; p = 0 passes no descriptor. window > 0: Mistral's sliding window. */
-static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D, double p, int window) {
-    char name[128];
-    const char *m = mode == FSDP_ATTN_EAGER ? "eager" : "flash";
+static void test_attention_pair(fsdp_attn mode, fsdp_attn bwd_mode, int B, int T, int Hq, int Hkv, int D, double p,
+                                int window) {
+    char name[128], m[48];
+    if (bwd_mode == mode) snprintf(m, sizeof m, "%s", fsdp_attn_name(mode));
+    else snprintf(m, sizeof m, "%s+%s", fsdp_attn_name(mode), fsdp_attn_name(bwd_mode));
     const fsdp_dropout drop = fsdp_dropout_make(p, 4321, 777, 3, FSDP_DROPOUT_ATTN_PROBS);
     size_t W = (size_t)(Hq + 2 * Hkv) * D, nq = (size_t)B * T * W, no = (size_t)B * T * Hq * D;
     size_t nl = (size_t)B * Hq * T, np = (size_t)B * Hq * T * T;
@@ -177,7 +185,7 @@ static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D,
     /* The backward reads the forward's output; give both sides their own. */
     void *ddy = upload(dy, no, ACT), *ddq = poisoned(nq, ACT);
     cpu->ops->attention_backward(cpu, mode, dq, dy, qkv, out, lse, cprobs, B, T, Hq, Hkv, D, window, dr);
-    gpu->ops->attention_backward(gpu, mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, window, dr);
+    gpu->ops->attention_backward(gpu, bwd_mode, ddq, ddy, dqkvin, dout, dlse, dprobs, B, T, Hq, Hkv, D, window, dr);
     snprintf(name, sizeof name, "attention %s bwd dqkv B%d T%d H%d/%d D%d p%.1f W%d", m, B, T, Hq, Hkv, D, p, window);
     compare(name, dq, ddq, nq, ACT, ACT == FSDP_BF16 ? 3e-2 : 1e-4);
     free(qkv), free(out), free(lse), free(probs), free(dy), free(dq);
@@ -185,6 +193,36 @@ static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D,
     gpu->runtime->free(gpu, ddy), gpu->runtime->free(gpu, ddq);
     if (dprobs) gpu->runtime->free(gpu, dprobs);
 }
+
+static void test_attention(fsdp_attn mode, int B, int T, int Hq, int Hkv, int D, double p, int window) {
+    test_attention_pair(mode, mode, B, T, Hq, Hkv, D, p, window);
+}
+
+#if FSDP_HAVE_CUDNN
+/* --attn cudnn against the CPU's exact attention (bf16 only, no dropout or window), alone and
+ * following the flash forward (the two keep the same log-sum-exp rows); and its scratch as
+ * sizes.c plans it. cuDNN 9.15 and older run the backward only at T a multiple of 128. */
+static void test_cudnn_attention(void) {
+    char why[320];
+    const fsdp_cudnn_api *api = fsdp_cudnn_load(why, sizeof why);
+    if (!check_that(api != NULL, "--attn cudnn: libcudnn loads (%s)", api ? "yes" : why)) return;
+    const size_t v = api->get_version();
+    printf("cuDNN %zu\n", v);
+    const int cases[][5] = {{2, 37, 6, 2, 8}, {1, 200, 4, 4, 64}, {2, 256, 32, 8, 64},
+                            {1, 128, 4, 1, 128}, {2, 384, 8, 8, 128}, {1, 1024, 4, 2, 128}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *c = cases[i];
+        if (v <= 91500 && c[1] % 128 != 0) continue;
+        test_attention(FSDP_ATTN_CUDNN, c[0], c[1], c[2], c[3], c[4], 0.0, 0);
+        const size_t planned = fsdp_cudnn_attention_scratch(c[0], c[1], c[2], c[3], c[4]);
+        const size_t used = fsdp_cuda_cudnn_attention_workspace(gpu, c[0], c[1], c[2], c[3], c[4]);
+        check_that(planned == used, "cudnn scratch B%d T%d H%d/%d D%d: planned %zu, used %zu", c[0], c[1], c[2], c[3],
+                   c[4], planned, used);
+    }
+    test_attention_pair(FSDP_ATTN_FLASH, FSDP_ATTN_CUDNN, 2, 256, 32, 8, 64, 0.0, 0);
+    test_attention_pair(FSDP_ATTN_CUDNN, FSDP_ATTN_FLASH, 1, 128, 4, 1, 128, 0.0, 0);
+}
+#endif
 
 /* Qwen3's per-head q/k RMSNorm: forward (out, rstd), backward (dinp overwritten, in place as the
  * model runs it; the weights' gradients accumulated). */
@@ -433,6 +471,9 @@ static void run_mode(fsdp_dtype act, fsdp_dtype grad) {
         test_attention((fsdp_attn)mode, 2, 200, 4, 2, 64, 0.0, 17);
         test_attention((fsdp_attn)mode, 1, 128, 4, 1, 128, 0.1, 40);
     }
+#if FSDP_HAVE_CUDNN
+    if (act == FSDP_BF16) test_cudnn_attention();
+#endif
     test_qk_norm(37, 4, 2, 12), test_qk_norm(512, 16, 8, 128), test_qk_norm(300, 6, 3, 64);
     test_dropout_ops(1, 2, 37, 40, 0.1), test_dropout_ops(0, 2, 37, 40, 0.1);
     test_dropout_ops(1, 4, 256, 2048, 0.1), test_dropout_ops(0, 4, 256, 2048, 0.1);
