@@ -19,12 +19,19 @@
 
 static size_t esize(fsdp_backend *be) { return fsdp_dtype_info_of(be->act_dtype)->bytes; }
 
+/* A sliding window over T tokens, or 0 where it masks nothing (a window of at least T: query t sees
+ * every key 0..t), so that cuDNN's causal graph runs Mistral's 4096-token window up to 4096 tokens. */
+#if FSDP_HAVE_CUDNN
+static int window_within(int window, int T) { return window >= T ? 0 : window; }
+#endif
+
 const char *fsdp_cuda_attention_unsupported_op(fsdp_backend *be, fsdp_attn mode, int T, int D, int window,
                                               double dropout) {
     if (mode != FSDP_ATTN_CUDNN) return NULL;
 #if FSDP_HAVE_CUDNN
     const fsdp_dropout drop = fsdp_dropout_make(dropout, 0, 0, 0, FSDP_DROPOUT_ATTN_PROBS);
-    const char *why = fsdp_cuda_cudnn_attention_unsupported(be, be->act_dtype, D, window, dropout > 0 ? &drop : NULL);
+    const char *why = fsdp_cuda_cudnn_attention_unsupported(be, be->act_dtype, D, window_within(window, T),
+                                                            dropout > 0 ? &drop : NULL);
     return why ? why : fsdp_cuda_cudnn_backward_unsupported(T);
 #else
     (void)be, (void)T, (void)D, (void)window, (void)dropout;
@@ -33,14 +40,14 @@ const char *fsdp_cuda_attention_unsupported_op(fsdp_backend *be, fsdp_attn mode,
 }
 
 /* --attn cudnn: runs the case on cuDNN (1), or ends the run saying why it cannot. */
-static int use_cudnn(fsdp_backend *be, fsdp_attn mode, int D, int window, const fsdp_dropout *drop) {
+static int use_cudnn(fsdp_backend *be, fsdp_attn mode, int T, int D, int window, const fsdp_dropout *drop) {
     if (mode != FSDP_ATTN_CUDNN) return 0;
 #if FSDP_HAVE_CUDNN
-    const char *why = fsdp_cuda_cudnn_attention_unsupported(be, be->act_dtype, D, window, drop);
+    const char *why = fsdp_cuda_cudnn_attention_unsupported(be, be->act_dtype, D, window_within(window, T), drop);
     if (why) fsdp_fatal("--attn cudnn: %s; --attn flash runs it", why);
     return 1;
 #else
-    (void)be, (void)D, (void)window, (void)drop;
+    (void)be, (void)T, (void)D, (void)window, (void)drop;
     fsdp_fatal("--attn cudnn: this build has no cuDNN (cudnn_graph.h was not found when it was configured); "
                "--attn flash runs it");
 #endif
@@ -51,12 +58,12 @@ void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out,
                                     const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
 #if FSDP_HAVE_CUDNN
-    if (use_cudnn(be, mode, D, window, drop)) {
+    if (use_cudnn(be, mode, T, D, window, drop)) {
         fsdp_cuda_cudnn_attention_forward(be, out, lse, qkv, B, T, Hq, Hkv, D);
         return;
     }
 #else
-    (void)use_cudnn(be, mode, D, window, drop);
+    (void)use_cudnn(be, mode, T, D, window, drop);
 #endif
     if (fsdp_attn_flash(mode) || !probs) {
         fsdp_cuda_flash_forward_window(out, lse, qkv, B, T, Hq, Hkv, D, window, drop, be->act_dtype, s);
@@ -104,12 +111,12 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
                                      int Hkv, int D, int window, const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
 #if FSDP_HAVE_CUDNN
-    if (use_cudnn(be, mode, D, window, drop)) {
+    if (use_cudnn(be, mode, T, D, window, drop)) {
         fsdp_cuda_cudnn_attention_backward(be, dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D);
         return;
     }
 #else
-    (void)use_cudnn(be, mode, D, window, drop);
+    (void)use_cudnn(be, mode, T, D, window, drop);
 #endif
     if (mode == FSDP_ATTN_FLASH_ATOMIC) {
         float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_atomic_scratch(B, T, Hq, Hkv, D));

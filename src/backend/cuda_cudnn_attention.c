@@ -267,7 +267,7 @@ const char *fsdp_cuda_cudnn_attention_unsupported(fsdp_backend *be, fsdp_dtype a
                                                   const fsdp_dropout *drop) {
     static char why[400];
     if (act != FSDP_BF16) return "cuDNN's fused attention runs bf16 activations (--mixed-precision bf16)";
-    if (window > 0) return "cuDNN's graphs here are causal without a sliding window (the model has one)";
+    if (window > 0) return "cuDNN's graphs here are causal without a sliding window (the model's is shorter than the sequence)";
     if (fsdp_dropout_active(drop)) return "cuDNN's graphs here have no attention dropout (--dropout 0 turns it off)";
     if (D % 8 != 0 || D > 256) {
         snprintf(why, sizeof why, "cuDNN's fused attention needs a head dim that is a multiple of 8, at most 256 (%d)",

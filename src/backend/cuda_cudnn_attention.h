@@ -2,8 +2,9 @@
  * (cuda_cudnn_attention.c), on fsdp.c's own layouts, so they slot in where the flash kernels run:
  * q|k|v packed per token [B, T, (Hq + 2 Hkv) D] (grouped-query heads), out [B, T, Hq, D], and the
  * natural-log log-sum-exp of the scaled scores per query row, [B, Hq, T] fp32, which is what the
- * flash kernels keep too (either backward can follow either forward). bf16 only, no sliding window,
- * no attention dropout; fsdp_cuda_cudnn_attention_unsupported says why a case is refused. */
+ * flash kernels keep too (either backward can follow either forward). bf16 only, no sliding
+ * window (callers pass 0 for one at least as long as T: it masks nothing), no attention dropout;
+ * fsdp_cuda_cudnn_attention_unsupported says why a case is refused. */
 #ifndef FSDP_BACKEND_CUDA_CUDNN_ATTENTION_H
 #define FSDP_BACKEND_CUDA_CUDNN_ATTENTION_H
 

@@ -167,7 +167,8 @@ int fsdp_cmd_train(int argc, char **argv) {
          "flash-atomic is flash with the query gradient summed by atomics in the backward's key pass (5 matrix "
          "products per tile instead of 7, as FlashAttention-2; gradients not bitwise reproducible from run to run); "
          "cudnn is cuDNN's fused attention (Hopper-native kernels; libcudnn.so.9 loaded at run time, "
-         "FSDP_CUDNN_LIBRARY names another; bf16, no sliding window or attention dropout). flash-atomic and cudnn "
+         "FSDP_CUDNN_LIBRARY names another; bf16, no attention dropout or sliding window shorter than --seq). "
+         "flash-atomic and cudnn "
          "are GPU paths: the CPU's attention is exact either way.", 1, 0, ATTN, 0},
         {"recompute", FSDP_ARG_CHOICE, &recompute, "R",
          "Activation recomputation (gradient checkpointing): none keeps every activation of a micro-batch for the "

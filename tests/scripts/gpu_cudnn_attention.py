@@ -2,7 +2,8 @@
 to bf16's rounding; Llama-3.2-1B with --mbs auto reserves exactly what the plan counts (cuDNN's fp32 dQ
 sums and workspace in the op scratch); and every case cuDNN's graphs do not cover is refused before
 anything loads, in one line naming --attn cudnn and the reason (a sliding window, attention dropout,
-fp32 activations, a libcudnn that is not there). test_gpu_backend checks the ops against the CPU.
+fp32 activations, a libcudnn that is not there); a sliding window no shorter than the sequence
+runs (it masks nothing). test_gpu_backend checks the ops against the CPU.
 Skipped without a GPU or in a build without cuDNN."""
 import os
 import sys
@@ -48,6 +49,15 @@ rc, err, _, s = train(["train", "--model", "llama-3.2-1b", "--seq", "1024", "--m
                        "--attn", "cudnn", "--log-every", "100"], "auto")
 t.check(rc == 0 and s is not None and s["max_reserved_bytes"] == s["plan_reserved_bytes"],
         "Llama-3.2-1B --mbs auto --attn cudnn (chose %s): max reserved equals the plan's" % (s["mbs"] if s else err[-300:]))
+
+# A sliding window at least as long as the sequence masks nothing: cuDNN's causal graph runs it
+# (tiny-mistral's window is 5 tokens).
+mistral = ["train", "--model", "tiny-mistral", "--seq", "5", "--mbs", "8", "--steps", "5", "--lr", "3e-3"]
+rc_f, err_f, m_flash, _ = train(mistral + ["--attn", "flash"], "mistral-flash")
+rc_c, err_c, m_cudnn, _ = train(mistral + ["--attn", "cudnn"], "mistral-cudnn")
+t.check(rc_f == 0 and rc_c == 0 and m_flash and m_cudnn and
+        max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(m_flash, m_cudnn)) < 1e-2,
+        "tiny-mistral at --seq 5 (its window): --attn cudnn trains flash's losses (%s)" % (err_c.strip()[-300:] or "ok"))
 
 refusals = [
     (["train", "--model", "tiny-mistral", "--seq", "64", "--steps", "1", "--attn", "cudnn"], None, "sliding window"),
