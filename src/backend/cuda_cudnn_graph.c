@@ -1,6 +1,8 @@
 /* cuDNN's graph API loaded at run time, and a builder over it (cuda_cudnn_graph.h). */
 #include "cuda_cudnn_graph.h"
 
+#include "../base/env.h"
+
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <pthread.h>
@@ -14,8 +16,8 @@ static char load_failure[320];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
 static void load_library(void) {
-    const char *path = getenv("FSDP_CUDNN_LIBRARY");
-    const char *name = path && path[0] ? path : "libcudnn.so.9";
+    const char *path = fsdp_env_cudnn_library();
+    const char *name = path ? path : "libcudnn.so.9";
     void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         snprintf(load_failure, sizeof load_failure,

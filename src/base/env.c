@@ -77,6 +77,7 @@ int fsdp_env_verbose_waits(void) { return switch_of("FSDP_VERBOSE_WAITS", 0); }
 int fsdp_env_verbose_ckpt(void) { return switch_of("FSDP_VERBOSE_CKPT", 0); }
 
 const char *fsdp_env_nccl_max_ctas(void) { return value_of("FSDP_NCCL_MAX_CTAS"); }
+const char *fsdp_env_cudnn_library(void) { return value_of("FSDP_CUDNN_LIBRARY"); }
 const char *fsdp_env_test_fail(void) { return value_of("FSDP_TEST_FAIL"); }
 
 long long fsdp_env_test_init_from_window(void) {

@@ -51,6 +51,10 @@ int fsdp_env_verbose_ckpt(void);
  * (parsed by the CUDA backend); NULL for NCCL's defaults. */
 const char *fsdp_env_nccl_max_ctas(void);
 
+/* FSDP_CUDNN_LIBRARY: the file --attn cudnn loads instead of libcudnn.so.9 (a path, or a name the
+ * loader searches for); NULL when unset or empty. */
+const char *fsdp_env_cudnn_library(void);
+
 /* Test hooks. FSDP_TEST_FAIL: "RANK:STEP:MODE", deliberate failures (parsed by fault.c); NULL for none. */
 const char *fsdp_env_test_fail(void);
 /* FSDP_TEST_MEMORY_LIMIT: "RANK:GIB", a memory limit on one rank that the memory plan does not know
