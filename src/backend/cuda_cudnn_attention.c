@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "../base/error.h"
+#include "../base/log.h"
 #include "cuda_cudnn_graph.h"
 #include "cuda_internal.h"
 
@@ -242,12 +243,16 @@ static attention_plan *plan_of(fsdp_backend *be, int backward, int B, int T, int
     const int n =
         backward ? build_backward(&p->build, ops, B, T, Hq, Hkv, D) : build_forward(&p->build, ops, B, T, Hq, Hkv, D);
     int64_t ws = 0;
+    const double began = fsdp_now();
     if (fsdp_cudnn_ok(&p->build)) p->plan = fsdp_cudnn_plan(&p->build, c->handle, ops, n, &ws);
     if (!fsdp_cudnn_ok(&p->build))
         fsdp_fatal("--attn cudnn: cuDNN %zu has no plan for the attention %s of batch %d x %d tokens, %d/%d heads of "
                    "%d (%s); --attn flash runs it",
                    p->build.version, backward ? "backward" : "forward", B, T, Hq, Hkv, D, p->build.failure);
     p->engine_workspace = align256((size_t)ws);
+    /* Once per shape and direction: which cuDNN runs, and what the first step spends on its plan. */
+    fsdp_log("--attn cudnn: cuDNN %zu (%s) planned the attention %s of %d x %d tokens in %.2f s", p->build.version,
+             c->api->path, backward ? "backward" : "forward", B, T, fsdp_now() - began);
     c->plans[c->n_plans++] = p;
     return p;
 }

@@ -1,4 +1,5 @@
 /* cuDNN's graph API loaded at run time, and a builder over it (cuda_cudnn_graph.h). */
+#define _GNU_SOURCE /* dladdr: which file the loader chose */
 #include "cuda_cudnn_graph.h"
 
 #include "../base/env.h"
@@ -50,6 +51,9 @@ static void load_library(void) {
             return;
         }
     }
+    Dl_info where;
+    snprintf(loaded.path, sizeof loaded.path, "%s",
+             dladdr((void *)loaded.get_version, &where) && where.dli_fname ? where.dli_fname : name);
     const size_t version = loaded.get_version();
     if (version < 90000) {
         snprintf(load_failure, sizeof load_failure, "%s is cuDNN %zu; fsdp.c needs 9.0 or newer", name, version);

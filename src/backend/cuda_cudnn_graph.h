@@ -35,6 +35,7 @@ typedef struct {
                                    int64_t, int64_t *, void *);
     cudnnStatus_t (*finalize)(cudnnBackendDescriptor_t);
     cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t);
+    char path[256]; /* the file the loader found (several cuDNN 9 copies are common on one machine) */
 } fsdp_cudnn_api;
 
 /* The loaded library (once per process; FSDP_CUDNN_LIBRARY names another file than libcudnn.so.9),

@@ -18,6 +18,9 @@ TINY = ["train", "--model", "tiny-llama", "--seq", "128", "--mbs", "4", "--lr", 
         "--mixed-precision", "bf16"]
 
 
+LAST_OUT = [""]
+
+
 def train(args, tag, env=None, check=False):
     path = os.path.join(t.tmpdir("gpu-cudnn-%s" % tag), "m.jsonl")
     saved = dict(t.ENV)
@@ -28,6 +31,7 @@ def train(args, tag, env=None, check=False):
         t.ENV.clear()
         t.ENV.update(saved)
     steps, summary = t.metrics(path) if rc == 0 and os.path.exists(path) else ([], None)
+    LAST_OUT[0] = out
     return rc, err, steps, summary
 
 
@@ -38,6 +42,10 @@ if probe_rc != 0 and "this build has no cuDNN" in probe_err:
 
 rc_f, err_f, flash, _ = train(TINY + ["--steps", "10", "--attn", "flash"], "flash")
 rc_c, err_c, cudnn, _ = train(TINY + ["--steps", "10", "--attn", "cudnn"], "cudnn")
+planned = [l for l in LAST_OUT[0].splitlines() if l.startswith("--attn cudnn: cuDNN ")]
+t.check(len(planned) == 2 and "libcudnn" in planned[0] and "forward of 4 x 128 tokens" in planned[0]
+        and "backward of 4 x 128 tokens" in planned[1],
+        "the run says which cuDNN planned its forward and backward, once each: %r" % planned)
 t.check(rc_f == 0 and rc_c == 0, "tiny-llama trains with --attn flash and cudnn (%s)" % (err_c.strip()[-300:] or "ok"))
 if flash and cudnn:
     worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(flash, cudnn))
