@@ -251,7 +251,7 @@ static attention_plan *plan_of(fsdp_backend *be, int backward, int B, int T, int
                    p->build.version, backward ? "backward" : "forward", B, T, Hq, Hkv, D, p->build.failure);
     p->engine_workspace = align256((size_t)ws);
     /* Once per shape and direction: which cuDNN runs, and what the first step spends on its plan. */
-    fsdp_log("--attn cudnn: cuDNN %zu (%s) planned the attention %s of %d x %d tokens in %.2f s", p->build.version,
+    fsdp_log("--attn cudnn: cuDNN %zu (%s) planned the attention %s of %d x %d tokens in %.2f s\n", p->build.version,
              c->api->path, backward ? "backward" : "forward", B, T, fsdp_now() - began);
     c->plans[c->n_plans++] = p;
     return p;
