@@ -19,52 +19,43 @@
 
 static size_t esize(fsdp_backend *be) { return fsdp_dtype_info_of(be->act_dtype)->bytes; }
 
-/* A sliding window over T tokens, or 0 where it masks nothing (a window of at least T: query t sees
- * every key 0..t), so that cuDNN's causal graph runs Mistral's 4096-token window up to 4096 tokens. */
+/* Why --attn cudnn cannot run this attention (and, with `backward`, its backward); NULL: it can. */
+static const char *cudnn_refusal(fsdp_backend *be, int T, int D, int window, const fsdp_dropout *drop, int backward) {
 #if FSDP_HAVE_CUDNN
-static int window_within(int window, int T) { return window >= T ? 0 : window; }
-#endif
-
-const char *fsdp_cuda_attention_unsupported_op(fsdp_backend *be, fsdp_attn mode, int T, int D, int window,
-                                              double dropout) {
-    if (mode != FSDP_ATTN_CUDNN) return NULL;
-#if FSDP_HAVE_CUDNN
-    const fsdp_dropout drop = fsdp_dropout_make(dropout, 0, 0, 0, FSDP_DROPOUT_ATTN_PROBS);
-    const char *why = fsdp_cuda_cudnn_attention_unsupported(be, be->act_dtype, D, window_within(window, T),
-                                                            dropout > 0 ? &drop : NULL);
-    return why ? why : fsdp_cuda_cudnn_backward_unsupported(T);
+    return fsdp_cuda_cudnn_attention_unsupported(be->act_dtype, T, D, window, drop, backward);
 #else
-    (void)be, (void)T, (void)D, (void)window, (void)dropout;
+    (void)be, (void)T, (void)D, (void)window, (void)drop, (void)backward;
     return "this build has no cuDNN (cudnn_graph.h was not found when it was configured)";
 #endif
 }
 
-/* --attn cudnn: runs the case on cuDNN (1), or ends the run saying why it cannot. */
-static int use_cudnn(fsdp_backend *be, fsdp_attn mode, int T, int D, int window, const fsdp_dropout *drop) {
+const char *fsdp_cuda_attention_unsupported_op(fsdp_backend *be, fsdp_attn mode, int T, int D, int window,
+                                              double dropout) {
+    if (mode != FSDP_ATTN_CUDNN) return NULL;
+    const fsdp_dropout drop = fsdp_dropout_make(dropout, 0, 0, 0, FSDP_DROPOUT_ATTN_PROBS);
+    return cudnn_refusal(be, T, D, window, dropout > 0 ? &drop : NULL, 1);
+}
+
+/* --attn cudnn: whether the op runs on cuDNN; a case it cannot run ends the run saying why (the
+ * trainer asked at set-up, so this is for callers that did not). */
+static int use_cudnn(fsdp_backend *be, fsdp_attn mode, int T, int D, int window, const fsdp_dropout *drop,
+                     int backward) {
     if (mode != FSDP_ATTN_CUDNN) return 0;
-#if FSDP_HAVE_CUDNN
-    const char *why = fsdp_cuda_cudnn_attention_unsupported(be, be->act_dtype, D, window_within(window, T), drop);
+    const char *why = cudnn_refusal(be, T, D, window, drop, backward);
     if (why) fsdp_fatal("--attn cudnn: %s; --attn flash runs it", why);
     return 1;
-#else
-    (void)be, (void)T, (void)D, (void)window, (void)drop;
-    fsdp_fatal("--attn cudnn: this build has no cuDNN (cudnn_graph.h was not found when it was configured); "
-               "--attn flash runs it");
-#endif
 }
 
 void fsdp_cuda_attention_forward_op(fsdp_backend *be, fsdp_attn mode, void *out, float *lse, void *probs,
                                     const void *qkv, int B, int T, int Hq, int Hkv, int D, int window,
                                     const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
-#if FSDP_HAVE_CUDNN
-    if (use_cudnn(be, mode, T, D, window, drop)) {
+    if (use_cudnn(be, mode, T, D, window, drop, 0)) {
+#if FSDP_HAVE_CUDNN /* (without it use_cudnn ends the run) */
         fsdp_cuda_cudnn_attention_forward(be, out, lse, qkv, B, T, Hq, Hkv, D);
+#endif
         return;
     }
-#else
-    (void)use_cudnn(be, mode, T, D, window, drop);
-#endif
     if (fsdp_attn_flash(mode) || !probs) {
         fsdp_cuda_flash_forward_window(out, lse, qkv, B, T, Hq, Hkv, D, window, drop, be->act_dtype, s);
         return;
@@ -110,14 +101,12 @@ void fsdp_cuda_attention_backward_op(fsdp_backend *be, fsdp_attn mode, void *dqk
                                      const void *out, const float *lse, const void *probs, int B, int T, int Hq,
                                      int Hkv, int D, int window, const fsdp_dropout *drop) {
     cudaStream_t s = compute_stream(be);
-#if FSDP_HAVE_CUDNN
-    if (use_cudnn(be, mode, T, D, window, drop)) {
+    if (use_cudnn(be, mode, T, D, window, drop, 1)) {
+#if FSDP_HAVE_CUDNN /* (without it use_cudnn ends the run) */
         fsdp_cuda_cudnn_attention_backward(be, dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D);
+#endif
         return;
     }
-#else
-    (void)use_cudnn(be, mode, T, D, window, drop);
-#endif
     if (mode == FSDP_ATTN_FLASH_ATOMIC) {
         float *scratch = fsdp_cuda_scratch(be, fsdp_cuda_flash_backward_atomic_scratch(B, T, Hq, Hkv, D));
         fsdp_cuda_flash_backward_atomic(dqkv, dout, qkv, out, lse, B, T, Hq, Hkv, D, window, drop, be->act_dtype,

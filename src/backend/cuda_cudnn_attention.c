@@ -30,6 +30,7 @@
 #include "../base/log.h"
 #include "cuda_cudnn_graph.h"
 #include "cuda_internal.h"
+#include "sizes.h"
 
 /* The caller's tensors, by uid. */
 enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEG_INF, U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SOFTMAX_SUM, U_DQ_ACCUM };
@@ -50,10 +51,6 @@ struct fsdp_cudnn_context {
 };
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
-
-/* The backward's fp32 buffers ahead of the engine's workspace. */
-static size_t dq_accum_bytes(int B, int T, int Hq, int D) { return align256((size_t)B * Hq * T * D * sizeof(float)); }
-static size_t softmax_sum_bytes(int B, int T, int Hq) { return align256((size_t)B * Hq * T * sizeof(float)); }
 
 /* The shapes both graphs use: scores [B, Hq, T, T], per-row values [B, Hq, T, 1] (fsdp.c's lse
  * layout), out and its gradient [B, T, Hq, D] seen as [B, Hq, T, D]; W the packed row's width. */
@@ -268,11 +265,13 @@ static void run(fsdp_backend *be, attention_plan *p, int n, const int64_t *uids,
                    p->backward ? "backward" : "forward", p->B, p->T, why);
 }
 
-const char *fsdp_cuda_cudnn_attention_unsupported(fsdp_backend *be, fsdp_dtype act, int D, int window,
-                                                  const fsdp_dropout *drop) {
+const char *fsdp_cuda_cudnn_attention_unsupported(fsdp_dtype act, int T, int D, int window, const fsdp_dropout *drop,
+                                                  int backward) {
     static char why[400];
     if (act != FSDP_BF16) return "cuDNN's fused attention runs bf16 activations (--mixed-precision bf16)";
-    if (window > 0) return "cuDNN's graphs here are causal without a sliding window (the model's is shorter than the sequence)";
+    /* a window of at least T masks nothing (query t sees keys 0..t): Mistral's 4096 up to 4096 tokens */
+    if (window > 0 && window < T)
+        return "cuDNN's graphs here are causal without a sliding window (the model's is shorter than the sequence)";
     if (fsdp_dropout_active(drop)) return "cuDNN's graphs here have no attention dropout (--dropout 0 turns it off)";
     if (D % 8 != 0 || D > 256) {
         snprintf(why, sizeof why, "cuDNN's fused attention needs a head dim that is a multiple of 8, at most 256 (%d)",
@@ -286,27 +285,15 @@ const char *fsdp_cuda_cudnn_attention_unsupported(fsdp_backend *be, fsdp_dtype a
         snprintf(why, sizeof why, "cuDNN %zu has known-bad fused attention; use another cuDNN 9", v);
         return why;
     }
-    (void)be;
+    /* 9.15 and older want a padding mask in the backward unless T is a multiple of 128 */
+    if (backward && v <= 91500 && T % 128 != 0) {
+        snprintf(why, sizeof why,
+                 "cuDNN %zu's attention backward needs the sequence length to be a multiple of 128 (--seq %d); cuDNN "
+                 "9.16 or newer has no such limit (FSDP_CUDNN_LIBRARY names its libcudnn.so.9)",
+                 v, T);
+        return why;
+    }
     return NULL;
-}
-
-const char *fsdp_cuda_cudnn_backward_unsupported(int T) {
-    static char why[320];
-    const fsdp_cudnn_api *api = fsdp_cudnn_load(why, sizeof why);
-    if (!api) return why;
-    const size_t v = api->get_version();
-    if (v > 91500 || T % 128 == 0) return NULL;
-    snprintf(why, sizeof why,
-             "cuDNN %zu's attention backward needs the sequence length to be a multiple of 128 (--seq %d); cuDNN "
-             "9.16 or newer has no such limit (FSDP_CUDNN_LIBRARY names its libcudnn.so.9)",
-             v, T);
-    return why;
-}
-
-/* The same, at the op: the set-up asked already, so this is for callers that did not. */
-static void check_backward_version(int T) {
-    const char *why = fsdp_cuda_cudnn_backward_unsupported(T);
-    if (why) fsdp_fatal("--attn cudnn: %s; --attn flash runs it", why);
 }
 
 void fsdp_cuda_cudnn_attention_forward(fsdp_backend *be, void *out, float *lse, const void *qkv, int B, int T, int Hq,
@@ -328,10 +315,9 @@ void fsdp_cuda_cudnn_attention_forward(fsdp_backend *be, void *out, float *lse, 
 
 void fsdp_cuda_cudnn_attention_backward(fsdp_backend *be, void *dqkv, const void *dout, const void *qkv,
                                         const void *out, const float *lse, int B, int T, int Hq, int Hkv, int D) {
-    check_backward_version(T);
     attention_plan *p = plan_of(be, 1, B, T, Hq, Hkv, D);
     const size_t es = 2;
-    const size_t acc = dq_accum_bytes(B, T, Hq, D), sums = softmax_sum_bytes(B, T, Hq);
+    const size_t acc = fsdp_cudnn_dq_accum_bytes(B, T, Hq, D), sums = fsdp_cudnn_delta_bytes(B, T, Hq);
     char *ws = fsdp_cuda_scratch(be, acc + sums + p->engine_workspace);
     float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY, one = 1.0f;
     const char *base = qkv;
@@ -358,7 +344,7 @@ void fsdp_cuda_cudnn_attention_backward(fsdp_backend *be, void *dqkv, const void
 
 size_t fsdp_cuda_cudnn_attention_workspace(fsdp_backend *be, int B, int T, int Hq, int Hkv, int D) {
     const attention_plan *f = plan_of(be, 0, B, T, Hq, Hkv, D), *b = plan_of(be, 1, B, T, Hq, Hkv, D);
-    const size_t bwd = dq_accum_bytes(B, T, Hq, D) + softmax_sum_bytes(B, T, Hq) + b->engine_workspace;
+    const size_t bwd = fsdp_cudnn_dq_accum_bytes(B, T, Hq, D) + fsdp_cudnn_delta_bytes(B, T, Hq) + b->engine_workspace;
     return bwd > f->engine_workspace ? bwd : f->engine_workspace;
 }
 

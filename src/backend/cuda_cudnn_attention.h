@@ -3,8 +3,8 @@
  * q|k|v packed per token [B, T, (Hq + 2 Hkv) D] (grouped-query heads), out [B, T, Hq, D], and the
  * natural-log log-sum-exp of the scaled scores per query row, [B, Hq, T] fp32, which is what the
  * flash kernels keep too (either backward can follow either forward). bf16 only, no sliding
- * window (callers pass 0 for one at least as long as T: it masks nothing), no attention dropout;
- * fsdp_cuda_cudnn_attention_unsupported says why a case is refused. */
+ * window shorter than T, no attention dropout; fsdp_cuda_cudnn_attention_unsupported says why a
+ * case is refused. */
 #ifndef FSDP_BACKEND_CUDA_CUDNN_ATTENTION_H
 #define FSDP_BACKEND_CUDA_CUDNN_ATTENTION_H
 
@@ -12,13 +12,11 @@
 
 #include "backend.h"
 
-/* NULL when cuDNN can run this attention, else why not (one line, static storage). */
-const char *fsdp_cuda_cudnn_attention_unsupported(fsdp_backend *be, fsdp_dtype act, int D, int window,
-                                                  const fsdp_dropout *drop);
-
-/* NULL when the loaded cuDNN runs the backward over T tokens, else why not (cuDNN 9.15 and older
- * need T a multiple of 128 without the padding mask fsdp.c's graph leaves out). */
-const char *fsdp_cuda_cudnn_backward_unsupported(int T);
+/* NULL when cuDNN can run this attention over T tokens (and its backward, with `backward`), else why
+ * not (one line, static storage): a window of at least T is no window; cuDNN 9.15 and older run the
+ * backward only at T a multiple of 128 (the padding mask their frontend adds is left out here). */
+const char *fsdp_cuda_cudnn_attention_unsupported(fsdp_dtype act, int T, int D, int window, const fsdp_dropout *drop,
+                                                  int backward);
 
 void fsdp_cuda_cudnn_attention_forward(fsdp_backend *be, void *out, float *lse, const void *qkv, int B, int T, int Hq,
                                        int Hkv, int D);

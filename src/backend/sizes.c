@@ -33,9 +33,14 @@ static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+size_t fsdp_cudnn_dq_accum_bytes(int B, int T, int Hq, int D) {
+    return align256((size_t)B * Hq * T * D * sizeof(float));
+}
+size_t fsdp_cudnn_delta_bytes(int B, int T, int Hq) { return align256((size_t)B * Hq * T * sizeof(float)); }
+
 size_t fsdp_cudnn_attention_scratch(int B, int T, int Hq, int Hkv, int D) {
     const size_t rows = (size_t)B * Hq * T;
-    const size_t ours = align256(rows * D * sizeof(float)) + align256(rows * sizeof(float)); /* dq_accum, delta */
+    const size_t ours = fsdp_cudnn_dq_accum_bytes(B, T, Hq, D) + fsdp_cudnn_delta_bytes(B, T, Hq);
     /* the engine's: with grouped heads, per-query-head dK and dV in bf16 before the group sums */
     const size_t engine = (Hq != Hkv ? 2 * align256(rows * D * 2) : 0) + 256;
     return ours + engine;

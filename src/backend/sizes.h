@@ -55,6 +55,10 @@ typedef struct {
  * places, and the engine's own workspace (measured with cuDNN 9.19 on Hopper: 256 bytes, plus the
  * per-query-head dK and dV with grouped heads; the GPU test holds the two equal). */
 size_t fsdp_cudnn_attention_scratch(int B, int T, int Hq, int Hkv, int D);
+/* Its two parts fsdp.c places at the front of the workspace, 256-byte aligned: dQ's fp32 sums
+ * [B, Hq, T, D] and the row deltas rowsum(dO . O) [B, Hq, T]. */
+size_t fsdp_cudnn_dq_accum_bytes(int B, int T, int Hq, int D);
+size_t fsdp_cudnn_delta_bytes(int B, int T, int Hq);
 
 /* The largest op-scratch request of a step with these shapes (0 on the CPU, whose ops take
  * transient host memory that reserved_bytes does not count). The CUDA backend reserves it before
