@@ -53,14 +53,14 @@ typedef struct {
 static void forward(const bench_case *k) {
     if (k->r)
         k->be->ops->matmul_forward_fp8(k->be, k->y, k->x, k->w, NULL, NULL, k->N, k->C, k->OC, 0, k->r,
-                                       (fsdp_fp8_amax){NULL, NULL, k->saved_amax});
+                                       (fsdp_fp8_amax){NULL, NULL, k->saved_amax}, NULL);
     else
         k->be->ops->matmul_forward(k->be, k->y, k->x, k->w, NULL, NULL, k->N, k->C, k->OC, 0);
 }
 static void backward(const bench_case *k, void *dx) {
     if (k->r)
         k->be->ops->matmul_backward_fp8(k->be, dx, k->dw, NULL, k->dy, k->x, k->w, k->N, k->C, k->OC, k->r,
-                                        (fsdp_fp8_amax){NULL, NULL, k->saved_amax});
+                                        (fsdp_fp8_amax){NULL, NULL, k->saved_amax}, NULL);
     else
         k->be->ops->matmul_backward(k->be, dx, k->dw, NULL, k->dy, k->x, k->w, k->N, k->C, k->OC);
 }

@@ -249,13 +249,29 @@ typedef struct fsdp_backend_ops {
      * same scales, products in fp32); CUDA runs cuBLASLt's FP8 kernels. amax: what the product shares
      * with the ops around it (fsdp_fp8_amax: the amax of inp or dout that their producer reported,
      * and the forward's saved for the backward), each pass over memory it spares giving the same
-     * scales and codes as measuring would. */
+     * scales and codes as measuring would. weight8: NULL, or the weight already in e4m3 (tensorwise
+     * only: its codes as the gather brought them, fsdp_fp8_weight), which the products then read
+     * instead of casting `weight` (the forward also saves its amax for a backward without it). */
     void (*matmul_forward_fp8)(fsdp_backend *be, void *out, const void *inp, const void *weight, const void *bias,
                                const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *recipe,
-                               fsdp_fp8_amax amax);
+                               fsdp_fp8_amax amax, const fsdp_fp8_weight *weight8);
     void (*matmul_backward_fp8)(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
                                 const void *inp, const void *weight, int N, int C, int OC,
-                                const fsdp_fp8_recipe *recipe, fsdp_fp8_amax amax);
+                                const fsdp_fp8_recipe *recipe, fsdp_fp8_amax amax, const fsdp_fp8_weight *weight8);
+    /* Product weights cast once per gather (src/kernels/fp8.h; the engine's FP8 weights, src/shard),
+     * on stream s:
+     *   fp8_amax:   amax[0] = max |x| over n elements of t (0 for none; NaN if one is);
+     *   fp8_encode: scales (FSDP_FP8_SCALES floats) from the largest of amax_parts[p * stride] for
+     *               p < parts, then n e4m3 codes of x (t) with that scale (n may be 0);
+     *   fp8_unpack: weight m out of gathered pieces of `count` elements of dtype t whose codes were
+     *               encoded with the weight's scales: its codes [rows, cols] and codes_t [cols, rows],
+     *               and its values into the unit (unit_t) at m->offset (cpu_fp8_unpack). */
+    void (*fp8_amax)(fsdp_backend *be, float *amax, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s);
+    void (*fp8_encode)(fsdp_backend *be, uint8_t *codes, float *scales, const float *amax_parts, int parts, int stride,
+                       const void *x, fsdp_dtype t, size_t n, fsdp_stream *s);
+    void (*fp8_unpack)(fsdp_backend *be, uint8_t *codes, uint8_t *codes_t, void *unit, fsdp_dtype unit_t,
+                       const void *pieces, fsdp_dtype t, size_t count, const fsdp_fp8_matrix *m, const float *scales,
+                       fsdp_stream *s);
     /* d *= (out > 0), in place: the backward of a relu whose output is `out`. */
     void (*relu_backward)(fsdp_backend *be, void *d, const void *out, size_t n);
 

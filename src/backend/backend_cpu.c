@@ -30,7 +30,7 @@
 
 typedef enum { TASK_NOP, TASK_REQUEST, TASK_CAST, TASK_ACCUMULATE, TASK_ZERO, TASK_COPY, TASK_MOVE, TASK_ROUND,
                TASK_SUM_SQUARES, TASK_SUM, TASK_CLIP_SCALE, TASK_ADAMW, TASK_QUANTIZE, TASK_DEQUANTIZE,
-               TASK_SUM_PIECES, TASK_STAMP } task_kind;
+               TASK_SUM_PIECES, TASK_STAMP, TASK_FP8_AMAX, TASK_FP8_ENCODE, TASK_FP8_UNPACK } task_kind;
 
 typedef struct task {
     task_kind kind;
@@ -46,6 +46,11 @@ typedef struct task {
     fsdp_adamw_args adamw;
     const float *scale;
     struct fsdp_event *event; /* TASK_STAMP: the event it times, NULL once re-recorded or destroyed */
+    /* TASK_FP8_*: the codes written (and W^T's), the weight's scales, the amax parts' stride and the
+     * weight's place in its unit */
+    uint8_t *codes, *codes_t;
+    int stride;
+    fsdp_fp8_matrix matrix;
     struct task *next;
 } task;
 
@@ -126,6 +131,15 @@ static void run_task(task *t, const fsdp_stream *s) {
     case TASK_STAMP:
         if (t->event) t->event->time = MPI_Wtime(), t->event->stamp = NULL;
         break;
+    case TASK_FP8_AMAX: cpu_fp8_amax(t->out, t->src, 1, (int)t->n, 0, 0); break;
+    case TASK_FP8_ENCODE:
+        cpu_fp8_scales_of_parts(t->out, t->scale, t->pieces, t->stride, FSDP_E4M3);
+        cpu_fp8_cast(t->codes, t->out + 1, t->out, NULL, t->src, 1, (int)t->n, 0, 0, FSDP_E4M3, 0, t->out + 2);
+        break;
+    case TASK_FP8_UNPACK:
+        cpu_fp8_unpack(t->codes, t->codes_t, t->dst, t->dst_t == FSDP_BF16, t->src,
+                       fsdp_dtype_piece_bytes(t->src_t, t->n), t->n, &t->matrix, t->src_t, t->scale[0]);
+        break;
     }
 }
 
@@ -191,6 +205,9 @@ static void progress(fsdp_backend *be) {
             drain_to(s, s->completed + 1);
         }
     }
+    /* Model ops run on the compute stream: behind what is queued there, as on a GPU (a collective the
+     * engine issued on it, such as the FP8 weights' amax exchange, and the copies queued behind it). */
+    drain(be->compute);
 }
 
 /* ---- memory ---- */
@@ -634,22 +651,55 @@ static void check_fp8_shape(const char *op, int N, int C, int OC) {
 
 static void cpu_matmul_forward_fp8_op(fsdp_backend *be, void *out, const void *inp, const void *w, const void *bias,
                                       const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r,
-                                      fsdp_fp8_amax amax) {
+                                      fsdp_fp8_amax amax, const fsdp_fp8_weight *w8) {
     progress(be);
     check_fp8_shape("matmul_forward_fp8", N, C, OC);
-    cpu_fp8_matmul_forward(out, inp, w, bias, residual, N, C, OC, relu, r, amax);
+    cpu_fp8_matmul_forward(out, inp, w, bias, residual, N, C, OC, relu, r, amax, w8);
     round_if(ACT(be), out, (size_t)N * OC);
 }
 
 static void cpu_matmul_backward_fp8_op(fsdp_backend *be, void *dinp, void *dw, void *db, const void *dout,
                                        const void *inp, const void *w, int N, int C, int OC,
-                                       const fsdp_fp8_recipe *r, fsdp_fp8_amax amax) {
+                                       const fsdp_fp8_recipe *r, fsdp_fp8_amax amax, const fsdp_fp8_weight *w8) {
     progress(be);
     check_fp8_shape("matmul_backward_fp8", N, C, OC);
-    cpu_fp8_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, r, amax);
+    cpu_fp8_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, r, amax, w8);
     if (dinp) round_if(ACT(be), dinp, (size_t)N * C);
     round_if(GRAD(be), dw, (size_t)OC * C);
     if (db) round_if(GRAD(be), db, (size_t)OC);
+}
+
+/* Product weights cast once per gather (src/kernels/cpu/fp8.c), queued on their stream like the
+ * quantization ops: an unpack behind a gather waits for it. */
+static void cpu_fp8_amax_op(fsdp_backend *be, float *amax, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s) {
+    (void)be;
+    require_plain(t, "fp8_amax", "source");
+    if (n > (size_t)INT_MAX) fsdp_fatal("internal error: an FP8 amax of %zu elements", n);
+    task *k = new_task(TASK_FP8_AMAX);
+    k->out = amax, k->src = x, k->n = n;
+    submit(s, k);
+}
+
+static void cpu_fp8_encode_op(fsdp_backend *be, uint8_t *codes, float *scales, const float *amax_parts, int parts,
+                              int stride, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s) {
+    (void)be;
+    require_plain(t, "fp8_encode", "source");
+    if (n > (size_t)INT_MAX) fsdp_fatal("internal error: an FP8 encode of %zu elements", n);
+    task *k = new_task(TASK_FP8_ENCODE);
+    k->codes = codes, k->out = scales, k->scale = amax_parts, k->pieces = parts, k->stride = stride, k->src = x;
+    k->n = n;
+    submit(s, k);
+}
+
+static void cpu_fp8_unpack_op(fsdp_backend *be, uint8_t *codes, uint8_t *codes_t, void *unit, fsdp_dtype unit_t,
+                              const void *pieces, fsdp_dtype t, size_t count, const fsdp_fp8_matrix *m,
+                              const float *scales, fsdp_stream *s) {
+    (void)be;
+    require_plain(unit_t, "fp8_unpack", "destination");
+    task *k = new_task(TASK_FP8_UNPACK);
+    k->codes = codes, k->codes_t = codes_t, k->dst = unit, k->dst_t = unit_t, k->src = pieces, k->src_t = t;
+    k->n = count, k->matrix = *m, k->scale = scales;
+    submit(s, k);
 }
 
 static void cpu_relu_backward_op(fsdp_backend *be, void *d, const void *out, size_t n) {
@@ -860,6 +910,9 @@ static const fsdp_backend_ops cpu_ops = {
     .matmul_backward = cpu_matmul_backward_op,
     .matmul_forward_fp8 = cpu_matmul_forward_fp8_op,
     .matmul_backward_fp8 = cpu_matmul_backward_fp8_op,
+    .fp8_amax = cpu_fp8_amax_op,
+    .fp8_encode = cpu_fp8_encode_op,
+    .fp8_unpack = cpu_fp8_unpack_op,
     .relu_backward = cpu_relu_backward_op,
     .rope_forward = cpu_rope_forward_op,
     .rope_backward = cpu_rope_backward_op,

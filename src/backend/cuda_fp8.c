@@ -4,7 +4,9 @@
  * the inverse scales as their A/B scale pointers.
  *
  * Casts: the forward casts x and W; the backward casts dy once into both layouts (dy for dx, dy^T for
- * dW: one amax pass and one cast pass over dy, the largest operand), W^T and x^T. Tensorwise, a
+ * dW: one amax pass and one cast pass over dy, the largest operand), W^T and x^T. A weight that came
+ * cast (fsdp_fp8_weight: FP8 weights gathered as codes) is read as it is, W and W^T, and not cast; its
+ * slots in the scratch stay unused, so the scratch is the same either way. Tensorwise, a
  * product's saved amax (written by its forward) gives W^T and x^T their scales without an amax pass:
  * 7% of Llama-2-7B's FP8 cast traffic per layer.
  *
@@ -88,10 +90,12 @@ static void use_epilogue(fsdp_backend *be) {
         fprintf(stderr, "FP8 rowwise products: scales applied by an epilogue kernel from now on\n");
 }
 
-void fsdp_cuda_matmul_forward_fp8_op(fsdp_backend *be, void *out, const void *inp, const void *weight,
-                                     const void *bias, const void *residual, int N, int C, int OC, int relu,
-                                     const fsdp_fp8_recipe *r, fsdp_fp8_amax amax) {
+void fsdp_cuda_matmul_forward_fp8_op(fsdp_backend *be, void *out, const void *inp, const void *weight, const void *bias,
+                                     const void *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r,
+                                     fsdp_fp8_amax amax, const fsdp_fp8_weight *w8) {
     check(be, "matmul_forward_fp8", N, C, OC, r);
+    if (w8 && r->granularity != FSDP_FP8_TENSORWISE)
+        fsdp_fatal("internal error: matmul_forward_fp8 of a cast weight, rowwise");
     cudaStream_t s = compute_stream(be);
     const int rw = r->granularity == FSDP_FP8_ROWWISE, p2 = r->pow2_scales;
     float *keep = rw ? NULL : amax.saved;
@@ -106,8 +110,14 @@ void fsdp_cuda_matmul_forward_fp8_op(fsdp_backend *be, void *out, const void *in
         float *acc = (float *)carve(be, fsdp_fp8_forward_scratch(N, C, OC, epi), 2, codes, scales, op);
         fsdp_cuda_fp8_cast(op[0].codes, op[0].scale, op[0].inv, keep ? keep : op[0].amax, inp, be->act_dtype, N, C, 0,
                            rw, FSDP_E4M3, p2, known, s);
-        fsdp_cuda_fp8_cast(op[1].codes, op[1].scale, op[1].inv, keep ? keep + 1 : op[1].amax, weight, be->act_dtype, OC,
-                           C, 0, rw, FSDP_E4M3, p2, NULL, s);
+        if (w8) { /* cast when it was gathered: its codes as they are, its amax kept for the backward */
+            op[1].codes = (uint8_t *)w8->codes, op[1].inv = (float *)w8->scales;
+            if (keep)
+                FSDP_CHECK_CUDA(cudaMemcpyAsync(keep + 1, w8->scales + 2, sizeof *keep, cudaMemcpyDeviceToDevice, s));
+        } else {
+            fsdp_cuda_fp8_cast(op[1].codes, op[1].scale, op[1].inv, keep ? keep + 1 : op[1].amax, weight, be->act_dtype,
+                               OC, C, 0, rw, FSDP_E4M3, p2, NULL, s);
+        }
         if (product(be, out, be->act_dtype, residual, &op[0], FSDP_E4M3, &op[1], FSDP_E4M3, N, OC, C, bias, relu, 1, rw,
                     epi ? acc : NULL) == 0)
             return;
@@ -117,8 +127,10 @@ void fsdp_cuda_matmul_forward_fp8_op(fsdp_backend *be, void *out, const void *in
 
 void fsdp_cuda_matmul_backward_fp8_op(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
                                       const void *inp, const void *weight, int N, int C, int OC,
-                                      const fsdp_fp8_recipe *r, fsdp_fp8_amax amax) {
+                                      const fsdp_fp8_recipe *r, fsdp_fp8_amax amax, const fsdp_fp8_weight *w8) {
     check(be, "matmul_backward_fp8", N, C, OC, r);
+    if (w8 && r->granularity != FSDP_FP8_TENSORWISE)
+        fsdp_fatal("internal error: matmul_backward_fp8 of a cast weight, rowwise");
     cudaStream_t s = compute_stream(be);
     const int rw = r->granularity == FSDP_FP8_ROWWISE, p2 = r->pow2_scales;
     const float *kept = rw ? NULL : amax.saved; /* the forward's amax of x and W: x^T's and W^T's */
@@ -132,7 +144,9 @@ void fsdp_cuda_matmul_backward_fp8_op(fsdp_backend *be, void *dinp, void *dweigh
         float *acc = (float *)carve(be, fsdp_fp8_backward_scratch(N, C, OC, epi), 4, codes, scales, op);
         fsdp_cuda_fp8_cast_both(op[0].codes, op[0].scale, op[0].inv, op[0].amax, op[1].codes, op[1].scale, op[1].inv,
                                 op[1].amax, dout, be->act_dtype, N, OC, rw, gt, p2, dy_amax, s);
-        if (dinp)
+        if (dinp && w8)
+            op[2].codes = (uint8_t *)w8->codes_t, op[2].inv = (float *)w8->scales;
+        else if (dinp)
             fsdp_cuda_fp8_cast(op[2].codes, op[2].scale, op[2].inv, op[2].amax, weight, be->act_dtype, OC, C, 1, rw,
                                FSDP_E4M3, p2, kept ? kept + 1 : NULL, s);
         fsdp_cuda_fp8_cast(op[3].codes, op[3].scale, op[3].inv, op[3].amax, inp, be->act_dtype, N, C, 1, rw, FSDP_E4M3,

@@ -136,10 +136,10 @@ void fsdp_cuda_qk_norm_backward_op(fsdp_backend *be, void *dinp, void *dwq, void
 /* cuda_fp8.c: the matmul_forward_fp8 / matmul_backward_fp8 ops. */
 void fsdp_cuda_matmul_forward_fp8_op(fsdp_backend *be, void *out, const void *inp, const void *weight,
                                      const void *bias, const void *residual, int N, int C, int OC, int relu,
-                                     const fsdp_fp8_recipe *r, fsdp_fp8_amax amax);
+                                     const fsdp_fp8_recipe *r, fsdp_fp8_amax amax, const fsdp_fp8_weight *w8);
 void fsdp_cuda_matmul_backward_fp8_op(fsdp_backend *be, void *dinp, void *dweight, void *dbias, const void *dout,
                                       const void *inp, const void *weight, int N, int C, int OC,
-                                      const fsdp_fp8_recipe *r, fsdp_fp8_amax amax);
+                                      const fsdp_fp8_recipe *r, fsdp_fp8_amax amax, const fsdp_fp8_weight *w8);
 
 /* cuda_ops.c: the ops table of the CUDA backend. */
 extern const fsdp_backend_ops fsdp_cuda_ops;

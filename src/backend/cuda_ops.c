@@ -1,6 +1,7 @@
 /* The ops of the CUDA backend: the dispatch of every arithmetic op to the kernels of src/kernels/cuda
  * (matrix products through cuda_matmul.c, attention in cuda_attention.c), and the backend's ops table.
  * Model ops run on the compute stream; the utilities on the stream they are given. */
+#include "../kernels/fp8_cuda.h"
 #include "../kernels/ops_cuda.h"
 #include "cuda_internal.h"
 
@@ -30,6 +31,27 @@ static void cuda_dequantize(fsdp_backend *be, void *dst, fsdp_dtype dt, const vo
                             int pieces, fsdp_stream *s) {
     (void)be;
     fsdp_cuda_dequantize(dst, dt, src, st, count, pieces, s->stream);
+}
+
+/* Product weights cast once per gather (fp8.cu), on the stream given: the engine runs them on the
+ * compute stream (amax, encode: the update of the shards) and the gather stream (unpack). */
+static void cuda_fp8_amax(fsdp_backend *be, float *amax, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_fp8_amax(amax, x, t, n, s->stream);
+}
+
+static void cuda_fp8_encode(fsdp_backend *be, uint8_t *codes, float *scales, const float *amax_parts, int parts,
+                            int stride, const void *x, fsdp_dtype t, size_t n, fsdp_stream *s) {
+    (void)be;
+    fsdp_cuda_fp8_scales_of_parts(scales, amax_parts, parts, stride, FSDP_E4M3, s->stream);
+    fsdp_cuda_fp8_encode(codes, scales, x, t, n, FSDP_E4M3, s->stream);
+}
+
+static void cuda_fp8_unpack(fsdp_backend *be, uint8_t *codes, uint8_t *codes_t, void *unit, fsdp_dtype unit_t,
+                            const void *pieces, fsdp_dtype t, size_t count, const fsdp_fp8_matrix *m,
+                            const float *scales, fsdp_stream *s) {
+    fsdp_cuda_fp8_unpack(codes, codes_t, unit, unit_t, pieces, fsdp_device_piece_bytes(be->kind, t, count), count, m,
+                         t, scales, s->stream);
 }
 
 static void cuda_sum_pieces(fsdp_backend *be, void *dst, fsdp_dtype dt, const void *src, fsdp_dtype st, size_t count,
@@ -226,6 +248,9 @@ const fsdp_backend_ops fsdp_cuda_ops = {
     .matmul_backward = cuda_matmul_backward,
     .matmul_forward_fp8 = fsdp_cuda_matmul_forward_fp8_op,
     .matmul_backward_fp8 = fsdp_cuda_matmul_backward_fp8_op,
+    .fp8_amax = cuda_fp8_amax,
+    .fp8_encode = cuda_fp8_encode,
+    .fp8_unpack = cuda_fp8_unpack,
     .relu_backward = cuda_relu_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,

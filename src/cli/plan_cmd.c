@@ -149,6 +149,9 @@ static void print_text(const plan_report *r) {
         snprintf(what, sizeof what, "quantized shards and gathers (%s)", fsdp_dtype_name(o->gather_dtype));
         row(what, e->quantized, "instead of the working copy");
     }
+    if (e->fp8_weights)
+        row("FP8 weights of the gathered units (W, W^T)", e->fp8_weights,
+            "and their scales: the products read these codes");
     if (e->secondary_size) {
         snprintf(what, sizeof what, "secondary copy, hpZ (%s)", fsdp_dtype_name(o->compute_dtype));
         snprintf(note, sizeof note, "the blocks in shards of 1/%d, kept from forward to backward",
@@ -206,6 +209,7 @@ static json_t *plan_json(const plan_report *r) {
     if (!v) fsdp_fatal("out of host memory building the plan's JSON");
     /* hpZ (--reshard-after-forward): its secondary copy, and the group it is sharded over (null: none). */
     if (json_object_set_new(bytes, "secondary_copy", json_integer((json_int_t)e->secondary)) ||
+        json_object_set_new(bytes, "fp8_weights", json_integer((json_int_t)e->fp8_weights)) ||
         json_object_set_new(v, "reshard_after_forward", e->secondary_size ? json_integer(e->secondary_size) : json_null()))
         fsdp_fatal("out of host memory building the plan's JSON");
     fsdp_model_shape shape = fsdp_plan_model_shape(r->cfg, o);

@@ -123,6 +123,36 @@ static inline size_t fsdp_fp8_layer_scratch(long N, long C, long OC, int epilogu
     return f > b ? f : b;
 }
 
+/* ---- product weights cast once per gather ----
+ *
+ * With --gather-dtype fp8 and tensorwise products, the weights of the block's products travel as
+ * e4m3 codes with one scale per weight (torchao's float8 all-gather): each rank measures the amax of
+ * its part of every weight after the update, the amaxes are all-gathered, and every rank computes
+ * the same scale from their maximum and encodes its part with it, straight from the master weights.
+ * The gathered codes then feed the products as they are (W for the forward, W^T, one transpose of
+ * the codes, for the input gradient): no product casts its weight (src/shard/engine.h).
+ *
+ * A weight inside a unit's flat buffer: W [rows, cols] row-major from element `offset` (rows = the
+ * product's OC, cols its C). */
+typedef struct {
+    int64_t offset;
+    int rows, cols;
+} fsdp_fp8_matrix;
+/* Weights per unit that can travel so (a block's four products). */
+#define FSDP_FP8_MAX_MATRICES 4
+/* A weight's scales, FSDP_FP8_SCALES floats: the inverse scale (1.0f / scale), the scale (fsdp_fp8_scale)
+ * and the amax they come from, as a tensorwise cast computes them. The inverse scale comes first and
+ * the weights' scales lie FSDP_FP8_SCALES_STRIDE floats (256 bytes) apart: cuBLASLt reads it through
+ * its scale pointer, which it wants aligned as its operands are. */
+#define FSDP_FP8_SCALES 3
+#define FSDP_FP8_SCALES_STRIDE 64
+/* A weight already in e4m3 for the products: codes [rows, cols] (the forward's W), codes_t [cols, rows]
+ * (W^T, for dx), and its FSDP_FP8_SCALES floats; all in the backend's memory. */
+typedef struct {
+    const uint8_t *codes, *codes_t;
+    const float *scales;
+} fsdp_fp8_weight;
+
 /* ---- the scaling arithmetic (host and device) ---- */
 
 static FSDP_FP8_HD inline uint32_t fsdp_fp8_bits(float f) {
@@ -167,6 +197,18 @@ void cpu_fp8_amax(float *amax, const float *src, int R, int Cc, int transpose, i
 void cpu_fp8_cast(uint8_t *codes, float *scale, float *inv_scale, float *amax_out, const float *src, int R, int Cc,
                   int transpose, int rowwise, fsdp_dtype t, int pow2, const float *amax_in);
 
+/* A weight's scales (FSDP_FP8_SCALES floats: inverse, scale, amax) from the amaxes of its parts: amax =
+ * the largest of amax_parts[p * stride] for p < parts (a NaN above every number), then the scale and
+ * its inverse of a tensorwise cast to t from that amax. */
+void cpu_fp8_scales_of_parts(float *scales, const float *amax_parts, int parts, int stride, fsdp_dtype t);
+/* A weight out of gathered pieces (src/base/dtype.h's layout: piece p holds unit elements
+ * [p * count, (p + 1) * count), its codes at its start, pieces piece_bytes apart) whose codes were
+ * encoded with the weight's scale: codes [rows, cols], codes_t [cols, rows], and the values
+ * decode(code) * inv_scale into unit[m->offset ..] (rounded to bf16 when round_bf16; the unit's
+ * other elements untouched). */
+void cpu_fp8_unpack(uint8_t *codes, uint8_t *codes_t, float *unit, int round_bf16, const uint8_t *pieces,
+                    size_t piece_bytes, size_t count, const fsdp_fp8_matrix *m, fsdp_dtype t, float inv_scale);
+
 /* out[R, Cn] = (inv_a[r] * inv_b[c]) * sum_k a[r, k] b[c, k] (+ bias[c]) (+ beta * out) then relu,
  * a [R, K] of a_t, b [Cn, K] of b_t; inv_a has R values when a_rowwise, else 1 (likewise inv_b). */
 void cpu_fp8_product(float *out, const uint8_t *a, fsdp_dtype a_t, const float *inv_a, int a_rowwise,
@@ -175,13 +217,14 @@ void cpu_fp8_product(float *out, const uint8_t *a, fsdp_dtype a_t, const float *
 
 /* The layer's products as the backend ops do them (backend.h's matmul_forward_fp8 and
  * matmul_backward_fp8, before the CPU backend's bf16 rounding of outputs): casts, then products.
- * amax: as the backend ops take it (fsdp_fp8_amax), in host memory. */
+ * amax: as the backend ops take it (fsdp_fp8_amax), in host memory; w8: NULL, or the weight already
+ * cast (tensorwise only), read instead of casting weight. */
 void cpu_fp8_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                             const float *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r,
-                            fsdp_fp8_amax amax);
+                            fsdp_fp8_amax amax, const fsdp_fp8_weight *w8);
 void cpu_fp8_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, int N, int C, int OC, const fsdp_fp8_recipe *r,
-                             fsdp_fp8_amax amax);
+                             fsdp_fp8_amax amax, const fsdp_fp8_weight *w8);
 
 #ifdef __cplusplus
 }

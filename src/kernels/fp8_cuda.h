@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "../base/dtype.h"
+#include "fp8.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,21 @@ void fsdp_cuda_fp8_cast_both(uint8_t *codes, float *scale, float *inv_scale, flo
 void fsdp_cuda_fp8_scale_epilogue(void *out, fsdp_dtype out_t, const float *acc, const float *inv_a, int a_rowwise,
                                   const float *inv_b, int b_rowwise, int R, int Cn, const void *bias,
                                   const void *addend, int relu, cudaStream_t s);
+
+/* Product weights cast once per gather (../fp8.h), the twins of the CPU reference:
+ * fsdp_cuda_fp8_amax: amax[0] = max |src| over n elements (0 for none), as cpu_fp8_amax's tensorwise;
+ * fsdp_cuda_fp8_scales_of_parts: cpu_fp8_scales_of_parts, one thread;
+ * fsdp_cuda_fp8_encode: n codes of src with the scale in scales (FSDP_FP8_SCALES floats: inverse, scale,
+ *   amax; the first two rewritten from the amax as a tensorwise cast computes them), n < 2^31;
+ * fsdp_cuda_fp8_unpack: cpu_fp8_unpack, through 32 x 32 tiles, the inverse scale read from scales[0]. */
+void fsdp_cuda_fp8_amax(float *amax, const void *src, fsdp_dtype src_t, size_t n, cudaStream_t s);
+void fsdp_cuda_fp8_scales_of_parts(float *scales, const float *amax_parts, int parts, int stride, fsdp_dtype t,
+                                   cudaStream_t s);
+void fsdp_cuda_fp8_encode(uint8_t *codes, float *scales, const void *src, fsdp_dtype src_t, size_t n, fsdp_dtype t,
+                          cudaStream_t s);
+void fsdp_cuda_fp8_unpack(uint8_t *codes, uint8_t *codes_t, void *unit, fsdp_dtype unit_t, const void *pieces,
+                          size_t piece_bytes, size_t count, const fsdp_fp8_matrix *m, fsdp_dtype t,
+                          const float *scales, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -14,19 +14,20 @@ fsdp_block_ctx fsdp_block_ctx_make(fsdp_backend *be, const fsdp_model_config *cf
 }
 
 void fsdp_block_linear(const fsdp_block_ctx *k, void *out, const void *inp, const void *w, const void *b,
-                       const void *residual, int C, int OC, int relu, fsdp_fp8_amax amax) {
+                       const void *residual, int C, int OC, int relu, fsdp_fp8_amax amax, const fsdp_fp8_weight *w8) {
     fsdp_backend *be = k->be;
     if (k->fp8.granularity != FSDP_FP8_NONE)
-        be->ops->matmul_forward_fp8(be, out, inp, w, b, residual, k->N, C, OC, relu, &k->fp8, amax);
+        be->ops->matmul_forward_fp8(be, out, inp, w, b, residual, k->N, C, OC, relu, &k->fp8, amax, w8);
     else
         be->ops->matmul_forward(be, out, inp, w, b, residual, k->N, C, OC, relu);
 }
 
 void fsdp_block_linear_backward(const fsdp_block_ctx *k, void *dinp, void *dw, void *db, const void *dout,
-                                const void *inp, const void *w, int C, int OC, fsdp_fp8_amax amax) {
+                                const void *inp, const void *w, int C, int OC, fsdp_fp8_amax amax,
+                                const fsdp_fp8_weight *w8) {
     fsdp_backend *be = k->be;
     if (k->fp8.granularity != FSDP_FP8_NONE)
-        be->ops->matmul_backward_fp8(be, dinp, dw, db, dout, inp, w, k->N, C, OC, &k->fp8, amax);
+        be->ops->matmul_backward_fp8(be, dinp, dw, db, dout, inp, w, k->N, C, OC, &k->fp8, amax, w8);
     else
         be->ops->matmul_backward(be, dinp, dw, db, dout, inp, w, k->N, C, OC);
 }
@@ -76,12 +77,12 @@ void fsdp_block_qkv(const fsdp_block_ctx *k, fsdp_block_acts *a, const fsdp_bloc
     fsdp_backend *be = k->be;
     if (k->kind.qk_norm) { /* transformers' Qwen3Attention: q_norm / k_norm of the projections, then RoPE */
         fsdp_block_linear(k, a->qkv_in, a->ln1, w->wqkv, w->bqkv, NULL, k->C, k->QKV, 0,
-                          fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, 0));
+                          fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, 0), fsdp_block_weight8(k, FSDP_PRODUCT_QKV));
         be->ops->qk_norm_forward(be, a->qkv, a->qk_rstd, a->qkv_in, w->qnorm, w->knorm, k->N, k->Hq, k->Hkv, k->D,
                                  k->eps);
     } else {
         fsdp_block_linear(k, a->qkv, a->ln1, w->wqkv, w->bqkv, NULL, k->C, k->QKV, 0,
-                          fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, 0));
+                          fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, 0), fsdp_block_weight8(k, FSDP_PRODUCT_QKV));
     }
     if (k->kind.rope) be->ops->rope_forward(be, a->qkv, k->cos_sin, k->B, k->T, k->Hq, k->Hkv, k->D);
 }
@@ -110,21 +111,23 @@ void fsdp_block_body(const fsdp_block_ctx *k, fsdp_block_acts *a, const fsdp_blo
     fsdp_block_qkv(k, a, w);
     fsdp_block_attend(k, a, at);
     if (attn_out_drop) {
-        fsdp_block_linear(k, branch, a->att, w->wo, w->bo, NULL, k->Q, C, 0, fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 0));
+        fsdp_block_linear(k, branch, a->att, w->wo, w->bo, NULL, k->Q, C, 0, fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 0),
+                          fsdp_block_weight8(k, FSDP_PRODUCT_O));
         fsdp_block_norm_dropout(k, a->res_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_in, branch, w->ln2w, w->ln2b,
                                 attn_out_drop, fsdp_block_input_amax(a, FSDP_PRODUCT_MLP_IN));
     } else {
         fsdp_block_linear(k, a->res_mid, a->att, w->wo, w->bo, a->res_in, k->Q, C, 0,
-                          fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 0));
+                          fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 0), fsdp_block_weight8(k, FSDP_PRODUCT_O));
         fsdp_block_norm(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b,
                         fsdp_block_input_amax(a, FSDP_PRODUCT_MLP_IN));
     }
     if (k->kind.swiglu) {
         fsdp_block_linear(k, a->fc, a->ln2, w->w1, w->b1, NULL, C, 2 * k->F, 0,
-                          fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 0));
+                          fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 0), fsdp_block_weight8(k, FSDP_PRODUCT_MLP_IN));
         be->ops->swiglu_forward(be, a->fc_act, a->fc, N, k->F, fsdp_block_input_amax(a, FSDP_PRODUCT_MLP_OUT));
     } else {
-        fsdp_block_linear(k, a->fc, a->ln2, w->w1, w->b1, NULL, C, k->F, 1, fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 0));
+        fsdp_block_linear(k, a->fc, a->ln2, w->w1, w->b1, NULL, C, k->F, 1,
+                          fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 0), fsdp_block_weight8(k, FSDP_PRODUCT_MLP_IN));
     }
 }
 
@@ -134,5 +137,6 @@ void fsdp_block_forward(const fsdp_block_ctx *k, fsdp_block_acts *a, const fsdp_
                     fsdp_block_input_amax(a, FSDP_PRODUCT_QKV));
     fsdp_block_body(k, a, w, at, NULL, NULL);
     fsdp_block_linear(k, out, a->fc_act, w->w2, w->b2, a->res_mid, k->F, k->C, 0,
-                      fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, k->kind.swiglu, 0));
+                      fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, k->kind.swiglu, 0),
+                      fsdp_block_weight8(k, FSDP_PRODUCT_MLP_OUT));
 }

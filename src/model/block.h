@@ -30,6 +30,10 @@ typedef struct {
     /* How the projections (q|k|v, o, the MLP's two) compute: granularity NONE is bf16 (the
      * backend's act dtype); else FP8 (src/kernels/fp8.h). The LM head never reads it. */
     fsdp_fp8_recipe fp8;
+    /* Tensorwise FP8 with weights cast once per gather: the block's FSDP_BLOCK_PRODUCTS weights as the
+     * gather brought them (fsdp_fp8_weight, in fsdp_block_product order), set for the block being
+     * computed; NULL: each product casts its weight. */
+    const fsdp_fp8_weight *weights8;
 } fsdp_block_ctx;
 
 /* The block's four products, in the order of a layer's saved FP8 amax. */
@@ -40,6 +44,11 @@ typedef enum {
     FSDP_PRODUCT_MLP_OUT,
     FSDP_BLOCK_PRODUCTS
 } fsdp_block_product;
+
+/* Product p's weight as the gather brought it in FP8, or NULL (fsdp_block_ctx.weights8). */
+static inline const fsdp_fp8_weight *fsdp_block_weight8(const fsdp_block_ctx *k, fsdp_block_product p) {
+    return k->weights8 ? &k->weights8[p] : NULL;
+}
 
 /* The tensors of one block's forward (and, in training, what its backward reads). res_mid may be
  * res_in (in-place residual adds); qkv_in and qk_rstd exist with qk_norm only (q|k|v before the
@@ -100,11 +109,12 @@ fsdp_block_ctx fsdp_block_ctx_make(fsdp_backend *be, const fsdp_model_config *cf
 
 /* A projection of the block, out[N, OC] = inp[N, C] W^T (+ b) (+ residual) (relu), and its backward
  * (matmul_forward / matmul_backward's contracts): the one place that picks the bf16 or the FP8
- * product, by k->fp8. amax: fsdp_block_amax of the product (FP8 only). */
+ * product, by k->fp8. amax: fsdp_block_amax of the product, w8: fsdp_block_weight8 (FP8 only). */
 void fsdp_block_linear(const fsdp_block_ctx *k, void *out, const void *inp, const void *w, const void *b,
-                       const void *residual, int C, int OC, int relu, fsdp_fp8_amax amax);
+                       const void *residual, int C, int OC, int relu, fsdp_fp8_amax amax, const fsdp_fp8_weight *w8);
 void fsdp_block_linear_backward(const fsdp_block_ctx *k, void *dinp, void *dw, void *db, const void *dout,
-                                const void *inp, const void *w, int C, int OC, fsdp_fp8_amax amax);
+                                const void *inp, const void *w, int C, int OC, fsdp_fp8_amax amax,
+                                const fsdp_fp8_weight *w8);
 
 /* The block's norm (RMSNorm or LayerNorm) of ctx->N rows; out_amax as backend.h's (NULL: none). */
 void fsdp_block_norm(const fsdp_block_ctx *k, void *out, float *mean, float *rstd, const void *inp, const void *w,

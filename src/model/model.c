@@ -172,7 +172,7 @@ static void layer_body(fsdp_model *m, int layer, layer_acts *a, const block_ptrs
     fsdp_block_body(&m->blk, a, w, &at, m->branch, attn_out);
 }
 
-void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
+static void block_forward(fsdp_model *m, int layer, const void *params) {
     layer_acts *a = &m->layers[layer];
     block_ptrs w = block_view(m, layer, params, m->ae);
     const int dropping = residual_dropping(m);
@@ -194,7 +194,37 @@ void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
     layer_body(m, layer, a, &w);
     /* The next layer's input norm (or the final norm) adds the MLP output to res_mid. */
     fsdp_block_linear(&m->blk, m->branch, a->fc_act, w.w2, w.b2, NULL, m->F, m->C, 0,
-                      fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, m->swiglu, 0));
+                      fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, m->swiglu, 0),
+                      fsdp_block_weight8(&m->blk, FSDP_PRODUCT_MLP_OUT));
+}
+
+void fsdp_model_block_forward(fsdp_model *m, int layer, const void *params) {
+    block_forward(m, layer, params);
+    m->blk.weights8 = NULL;
+}
+
+_Static_assert(FSDP_BLOCK_PRODUCTS == FSDP_FP8_MAX_MATRICES, "a block's FP8 weights are its products'");
+
+void fsdp_model_set_fp8_weights(fsdp_model *m, const fsdp_fp8_weight *weights8) {
+    /* Only tensorwise products take a weight cast ahead (one scale for W and W^T alike). */
+    m->blk.weights8 = m->blk.fp8.granularity == FSDP_FP8_TENSORWISE ? weights8 : NULL;
+}
+
+int fsdp_model_fp8_matrices(const fsdp_model_config *cfg, const fsdp_layout *layout, int u,
+                            fsdp_fp8_matrix out[FSDP_FP8_MAX_MATRICES]) {
+    const fsdp_unit_desc *d = &layout->units[u];
+    if (d->kind != FSDP_UNIT_BLOCK) return 0;
+    const fsdp_block_kind k = fsdp_block_kind_of(cfg);
+    const int C = cfg->hidden_size, F = cfg->intermediate_size, Q = cfg->num_heads * cfg->head_dim;
+    const int QKV = (cfg->num_heads + 2 * cfg->num_kv_heads) * cfg->head_dim;
+    /* q|k|v and gate|up are adjacent (layout.c): the first of each starts the fused weight. */
+    const int first[FSDP_BLOCK_PRODUCTS] = {d->weight[FSDP_MOD_Q], d->weight[FSDP_MOD_O],
+                                            d->weight[k.swiglu ? FSDP_MOD_GATE : FSDP_MOD_UP],
+                                            d->weight[FSDP_MOD_DOWN]};
+    const int rows[FSDP_BLOCK_PRODUCTS] = {QKV, C, k.swiglu ? 2 * F : F, C}, cols[FSDP_BLOCK_PRODUCTS] = {C, Q, C, F};
+    for (int p = 0; p < FSDP_BLOCK_PRODUCTS; p++)
+        out[p] = (fsdp_fp8_matrix){layout->params[first[p]].offset, rows[p], cols[p]};
+    return FSDP_BLOCK_PRODUCTS;
 }
 
 /* ---- recomputation: what block_backward reads of a layer that the layer did not keep ---- */
@@ -290,7 +320,7 @@ void fsdp_model_head_loss(fsdp_model *m, const void *head_params, const void *em
 
 /* ---- backward ---- */
 
-void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, void *grads) {
+static void block_backward(fsdp_model *m, int layer, const void *params, void *grads) {
     fsdp_backend *be = m->be;
     layer_acts *a = &m->layers[layer];
     block_ptrs w = block_view(m, layer, params, m->ae);
@@ -309,16 +339,20 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
      * the MLP's: the next layer's or the head's), SwiGLU's backward, rotary's backward. */
     if (m->swiglu) {
         fsdp_block_linear_backward(&m->blk, m->dh, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C,
-                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 1, 1));
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 1, 1),
+                                   fsdp_block_weight8(&m->blk, FSDP_PRODUCT_MLP_OUT));
         be->ops->swiglu_backward(be, m->dfc, m->dh, a->fc, N, m->F, fsdp_block_grad_amax(a, FSDP_PRODUCT_MLP_IN));
         fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, 2 * m->F,
-                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 1));
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 1),
+                                   fsdp_block_weight8(&m->blk, FSDP_PRODUCT_MLP_IN));
     } else {
         fsdp_block_linear_backward(&m->blk, m->dfc, g.w2, g.b2, dbranch, a->fc_act, w.w2, m->F, C,
-                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 0, 1));
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_OUT, 0, 1),
+                                   fsdp_block_weight8(&m->blk, FSDP_PRODUCT_MLP_OUT));
         be->ops->relu_backward(be, m->dfc, a->fc, (size_t)N * m->F);
         fsdp_block_linear_backward(&m->blk, m->dln, g.w1, g.b1, m->dfc, a->ln2, w.w1, C, m->F,
-                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 0));
+                                   fsdp_block_amax(a, FSDP_PRODUCT_MLP_IN, 1, 0),
+                                   fsdp_block_weight8(&m->blk, FSDP_PRODUCT_MLP_IN));
     }
     if (dropping)
         norm_dropout_backward(m, m->dres, m->dbranch, g.ln2w, g.ln2b, m->dln, a->res_mid, w.ln2w, a->ln2_mean,
@@ -330,7 +364,7 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
 
     /* Attention: dres is now d(res_mid). */
     fsdp_block_linear_backward(&m->blk, m->datt, g.wo, g.bo, dbranch, a->att, w.wo, m->Q, C,
-                               fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 1));
+                               fsdp_block_amax(a, FSDP_PRODUCT_O, 0, 1), fsdp_block_weight8(&m->blk, FSDP_PRODUCT_O));
     be->ops->attention_backward(be, m->attn, m->dqkv, m->datt, a->qkv, a->att, a->lse, a->probs, m->B, m->T, m->Hq,
                                 m->Hkv, m->D, m->blk.kind.window,
                                 dropout_at(m, &d_probs, m->rates.attention, layer, FSDP_DROPOUT_ATTN_PROBS));
@@ -343,7 +377,8 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
         be->ops->qk_norm_backward(be, m->dqkv, g.qnorm, g.knorm, m->dqkv, a->qkv_in, w.qnorm, w.knorm, a->qk_rstd, N,
                                   m->Hq, m->Hkv, m->D);
     fsdp_block_linear_backward(&m->blk, m->dln, g.wqkv, g.bqkv, m->dqkv, a->ln1, w.wqkv, C, m->QKV,
-                               fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, rope_reports));
+                               fsdp_block_amax(a, FSDP_PRODUCT_QKV, 1, rope_reports),
+                               fsdp_block_weight8(&m->blk, FSDP_PRODUCT_QKV));
     /* What this norm's backward writes is the previous layer's MLP output gradient. */
     float *prev_mlp_out_amax = layer > 0 ? fsdp_block_grad_amax(&m->layers[layer - 1], FSDP_PRODUCT_MLP_OUT) : NULL;
     if (dropping && layer > 0) /* the previous layer's MLP output gets its dropped share */
@@ -353,6 +388,11 @@ void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, voi
     else
         norm_backward(m, m->dres, g.ln1w, g.ln1b, m->dln, a->res_in, w.ln1w, a->ln1_mean, a->ln1_rstd,
                       prev_mlp_out_amax);
+}
+
+void fsdp_model_block_backward(fsdp_model *m, int layer, const void *params, void *grads) {
+    block_backward(m, layer, params, grads);
+    m->blk.weights8 = NULL;
 }
 
 int fsdp_model_embed_grad_rows(fsdp_model *m, fsdp_row_set sets[FSDP_MAX_ROW_SETS], const void **values, int *count,

@@ -95,6 +95,15 @@ int32_t *fsdp_model_tokens(fsdp_model *m);
 int32_t *fsdp_model_targets(fsdp_model *m);
 
 void fsdp_model_embed_forward(fsdp_model *m, const void *embed_params);
+/* Tensorwise FP8 with weights cast once per gather (src/kernels/fp8.h): the next block_forward or
+ * block_backward reads its product weights from weights8 (FSDP_FP8_MAX_MATRICES entries, in the
+ * order fsdp_model_fp8_matrices gives) instead of casting them, and forgets them when it returns.
+ * NULL, or never called: the products cast their weights. */
+void fsdp_model_set_fp8_weights(fsdp_model *m, const fsdp_fp8_weight *weights8);
+/* Where the weights of unit u's FP8 products lie in its flat buffer, in that order: the four of a
+ * block (q|k|v, o, the MLP's two); returns how many (0: a unit with no FP8 product). */
+int fsdp_model_fp8_matrices(const fsdp_model_config *cfg, const fsdp_layout *layout, int u,
+                            fsdp_fp8_matrix out[FSDP_FP8_MAX_MATRICES]);
 void fsdp_model_block_forward(fsdp_model *m, int layer, const void *block_params);
 /* Final norm, LM head and cross-entropy, forward and backward. Adds the summed loss of this
  * micro-batch's counted tokens into *loss_sum (device fp32). The loss gradient is multiplied by

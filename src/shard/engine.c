@@ -87,6 +87,10 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         s->param_slot = -1;
         s->grad_slot = -1;
         s->gather_event = -1;
+        s->num_fp8 = specs[u].num_fp8_matrices;
+        if (s->num_fp8 < 0 || s->num_fp8 > FSDP_FP8_MAX_MATRICES)
+            fsdp_fatal("internal error: unit %d with %d FP8 weights", u, s->num_fp8);
+        memcpy(s->fp8, specs[u].fp8_matrices, sizeof s->fp8);
         e->total_shard += s->shard_len;
     }
 
@@ -136,6 +140,7 @@ fsdp_engine *fsdp_engine_create(fsdp_backend *be, MPI_Comm world, const fsdp_top
         engine_reserve_rows(e, opts->rows_capacity, opts->row_len);
     alloc_wire(e);
     engine_alloc_secondary(e);
+    engine_alloc_fp8_weights(e);
     /* The memory plans count with the same functions; this keeps them honest. */
     if (!be->oom.failures && !opts->copy_engine_gathers && !opts->copy_engine_reductions) {
         fsdp_engine_memory plan;
@@ -182,6 +187,7 @@ void fsdp_engine_destroy(fsdp_engine *e) {
     be->runtime->stream_destroy(be, e->reduce_stream);
     free_wire(e);
     engine_free_secondary(e);
+    engine_free_fp8_weights(e);
     if (e->working != e->master) be->runtime->free(be, e->working);
     be->runtime->free(be, e->master);
     be->runtime->free(be, e->grad);
@@ -226,6 +232,7 @@ void fsdp_engine_refresh_working(fsdp_engine *e) {
     fsdp_backend *be = e->be;
     if (e->mode.quantized_gathers) {
         for (int u = 0; u < e->num_units; u++) engine_quantize_shard(e, u);
+        engine_encode_fp8_weights(e);
     } else if (e->working != e->master) {
         be->ops->cast(be, e->working, e->opts.compute_dtype, e->master, e->opts.master_dtype, (size_t)e->total_shard,
                       be->compute);

@@ -51,6 +51,14 @@
  *    gathers move codes and scales, and every rank dequantizes the same bytes into the
  *    compute-dtype unit (its own piece too, so that all ranks compute with the same weights). The
  *    working copy of the shards is then not kept. Master weights and optimizer state stay exact.
+ *    With fp8_weights (tensorwise FP8 products; torchao's float8 all-gather), the units' FP8 weights
+ *    (fsdp_unit_spec.fp8_matrices) are encoded with one scale per weight instead of their blocks'
+ *    (src/kernels/fp8.h): after the update each rank measures the amax of its part of every weight,
+ *    the amaxes are all-gathered (a few floats per unit, on the compute stream), and every rank encodes
+ *    its part with the scale of their maximum. Each gather then also unpacks every weight's codes as W
+ *    and W^T beside the unit's slot, which the products read as they are (fsdp_engine_fp8_weights):
+ *    no product casts a weight, and the weights are rounded to FP8 once, from the master weights.
+ *    A forward-only engine has none (it has no communicator on the compute stream).
  *  - accumulate_local: how a step of K micro-batches accumulates. Off ("sharded"), every micro-batch
  *    reduces its gradients into the shards. On ("local"), the step's gradients cross the network
  *    once: FULL and SHARD_GRAD_OP keep every unit's full gradient buffer over the K micro-batches
@@ -84,6 +92,10 @@ const char *fsdp_strategy_name(fsdp_strategy s);
 typedef struct {
     int64_t numel;
     int64_t decay_numel;
+    /* The weights of tensorwise FP8 products inside the unit (src/kernels/fp8.h), which with
+     * fp8_weights (below) travel as e4m3 codes with one scale each; 0: none. */
+    int num_fp8_matrices;
+    fsdp_fp8_matrix fp8_matrices[FSDP_FP8_MAX_MATRICES];
 } fsdp_unit_spec;
 
 /* Where this rank sits. `local_*` describe the physical node (the GPU to use); `node*` the node as
@@ -108,6 +120,7 @@ typedef struct {
     fsdp_dtype grad_dtype;   /* unit gradient buffers, which the backward accumulates into (fp32 or bf16) */
     fsdp_dtype reduce_dtype; /* what gradient reductions send: fp32, bf16 or int8 (above) */
     fsdp_dtype gather_dtype; /* what parameter gathers send: compute_dtype, int8 or fp8 (above) */
+    int fp8_weights;         /* with gather_dtype fp8: the units' FP8 weights as gathered codes (above) */
     int accumulate_local;    /* gradients cross the network once per step (above) */
     const int *order;      /* units as the trainer visits them for parameters in one micro-batch */
     int order_len;
@@ -151,6 +164,7 @@ typedef struct {
     size_t staging;                      /* pieces of all-to-all reductions (sent, received, summed) */
     size_t quantized;                    /* quantized shards and the staging their gathers land in */
     size_t secondary;                    /* hpZ's secondary copy (compute dtype), 0 without */
+    size_t fp8_weights;                  /* FP8 weights' codes per gathered slot, and their scales */
     int secondary_size;                  /* hpZ's secondary group, 0 = none */
     int gathered_rings, gathered_slots, grad_rings, grad_slots;
     int communicators;                   /* backend communicators the engine creates */
@@ -203,6 +217,14 @@ void fsdp_engine_begin_microbatch(fsdp_engine *e);
 /* The unit's gathered working weights (compute dtype, full padded unit), ready on the compute
  * stream; starts prefetching the next units in the order. */
 const void *fsdp_engine_params(fsdp_engine *e, int unit);
+/* With fp8_weights: the FP8 weights of unit u (fsdp_unit_spec.fp8_matrices, in that order) as the
+ * gather of its current parameters brought them, valid until those are released; returns how many,
+ * or 0 when they did not come so (nothing gathered: S == 1; hpZ's gather inside the node, which moves
+ * compute-dtype values): the products then cast from fsdp_engine_params. Call after
+ * fsdp_engine_params(u). */
+int fsdp_engine_fp8_weights(const fsdp_engine *e, int unit, fsdp_fp8_weight out[FSDP_FP8_MAX_MATRICES]);
+/* 1 when this engine's gathers bring FP8 weights (fp8_weights with fp8 gathers over S > 1 ranks). */
+int fsdp_engine_gathers_fp8_weights(const fsdp_engine *e);
 /* After the unit's forward: reshard (FULL, HYBRID) unless pinned. */
 void fsdp_engine_done_forward(fsdp_engine *e, int unit);
 /* A full-unit gradient buffer (grad dtype) for the unit's backward to accumulate into, ready on

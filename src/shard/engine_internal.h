@@ -28,6 +28,9 @@ typedef struct {
     int grad_ring, grad_slot;
     int64_t secondary_len, secondary_offset; /* hpZ: its secondary shard (0: none) and where it lies */
     int secondary_ready;                     /* kept by its forward, not yet gathered for its backward */
+    int num_fp8;                             /* FP8 weights (fp8_weights.c): how many, where, and */
+    fsdp_fp8_matrix fp8[FSDP_FP8_MAX_MATRICES];
+    int fp8_ready;                           /* whether its slot's codes came with its current gather */
 } unit_state;
 
 struct fsdp_engine {
@@ -94,6 +97,14 @@ struct fsdp_engine {
     void *secondary;
     fsdp_event *secondary_written;
 
+    /* FP8 weights (fp8_weights.c, with mode.fp8_weights): per param ring, the codes beside its slots
+     * (W then W^T of each weight, fp8_slot_bytes[ring] a slot); every unit's weights' scales
+     * [u][j], FSDP_FP8_SCALES_STRIDE floats each; this rank's amaxes of every unit's weights
+     * (FSDP_FP8_MAX_MATRICES a unit), then every rank's. */
+    void **fp8_codes;
+    size_t *fp8_slot_bytes;
+    float *fp8_scales, *fp8_amax;
+
     fsdp_comm_bytes sent; /* since fsdp_engine_take_comm_bytes */
 
     /* Gradient shards are written, not zeroed and added to, by the first reduction of each unit in
@@ -133,6 +144,21 @@ void engine_gather_secondary(fsdp_engine *e, int u, void *dst);
 /* Forgets every kept slice (a new micro-batch gathers over the world first). */
 void engine_reset_secondary(fsdp_engine *e);
 
+/* ---- FP8 weights (fp8_weights.c) ---- */
+
+/* The codes beside the param rings' slots and the scales (after the rings are built), and their release. */
+void engine_alloc_fp8_weights(fsdp_engine *e);
+void engine_free_fp8_weights(fsdp_engine *e);
+/* After unit u's quantized shard was written from its master weights (compute stream): the amax of
+ * this rank's part of each of its FP8 weights. */
+void engine_measure_fp8_weights(fsdp_engine *e, int u);
+/* Once every unit was measured: the amaxes exchanged (one all-gather over the shard group, collective),
+ * every weight's scales, and its codes in the quantized shards re-encoded with them (compute stream). */
+void engine_encode_fp8_weights(fsdp_engine *e);
+/* On the gather stream, after unit u's pieces were gathered into the staging and dequantized into dst
+ * (slot `slot` of its ring): its FP8 weights' codes beside that slot, and their values in dst. */
+void engine_unpack_fp8_weights(fsdp_engine *e, int u, int slot, void *dst);
+
 /* ---- slot rings (rings.c) ---- */
 
 /* The rings of the engine's units (fsdp_plan_rings), not yet allocated; which[u] gets unit u's ring. */
@@ -159,7 +185,8 @@ int engine_last_microbatch(const fsdp_engine *e);
 void engine_reduce_unit(fsdp_engine *e, unit_state *s, void *buf);
 /* The replicas' all-reduce of a gradient shard that holds the whole step (deferred replicas). */
 void engine_reduce_replicas_of_shard(fsdp_engine *e, unit_state *s);
-/* Unit u's quantized shard from its master weights, on the compute stream (quantized gathers). */
+/* Unit u's quantized shard from its master weights, on the compute stream (quantized gathers); its FP8
+ * weights then wait for engine_encode_fp8_weights. */
 void engine_quantize_shard(fsdp_engine *e, int u);
 
 /* ---- bytes on the wire (comm_bytes.c) ---- */

@@ -57,6 +57,13 @@ void fsdp_engine_memory_plan(const fsdp_unit_spec *units, int num_units, const f
                                               opts->strategy == FSDP_SHARD_GRAD_OP, rings, which);
         ring_bytes(out, &out->gathered, kind, rings, out->gathered_rings, ce, &out->gathered_slots);
     }
+    if (mode.fp8_weights) { /* the FP8 weights' codes beside each gathered slot, and their scales */
+        for (int r = 0; r < out->gathered_rings; r++) {
+            size_t slot = fsdp_plan_fp8_slot_bytes(units, num_units, which, r);
+            if (slot) take(out, &out->fp8_weights, kind, (size_t)rings[r].capacity * slot);
+        }
+        take(out, &out->fp8_weights, kind, fsdp_plan_fp8_scale_bytes(num_units, S));
+    }
     if (!mode.direct_grads && training) {
         out->grad_rings = fsdp_plan_rings(padded, opts->pinned, num_units, opts->max_live, mode.hold_grads, rings, which);
         ring_bytes(out, &out->grad_buffers, kind, rings, out->grad_rings, ge, &out->grad_slots);

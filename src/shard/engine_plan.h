@@ -43,6 +43,7 @@ typedef struct {
     int quantized_gathers; /* gathers move blockwise codes from quantized shards */
     int working_copy;      /* a compute-dtype working copy of the shards exists apart from the master */
     int secondary_size;    /* hpZ: the secondary group's ranks (engine.h: reshard_size), 0 = none */
+    int fp8_weights;       /* FP8 weights travel with one scale each and are unpacked per gather */
 } fsdp_engine_mode;
 void fsdp_engine_mode_of(const fsdp_shard_options *o, int shard_size, int replica_size, fsdp_engine_mode *out);
 
@@ -52,6 +53,12 @@ void fsdp_engine_mode_of(const fsdp_shard_options *o, int shard_size, int replic
  * Returns their sum: the secondary copy's elements. 0 for all without m->secondary_size. */
 int64_t fsdp_plan_secondary(const fsdp_engine_mode *m, const fsdp_shard_options *o, const int64_t *padded,
                             int num_units, int64_t *len);
+
+/* FP8 weights (src/shard/fp8_weights.c): the bytes beside one gathered slot of ring `ring` (the most
+ * any of its units needs: W and W^T of each weight, 256-byte aligned), given which[u], the ring of
+ * unit u; and the bytes of every unit's scales and of the amaxes exchanged (one allocation). */
+size_t fsdp_plan_fp8_slot_bytes(const fsdp_unit_spec *units, int num_units, const int *which, int ring);
+size_t fsdp_plan_fp8_scale_bytes(int num_units, int shard_size);
 
 /* Elements of each of the R pieces a replica all-reduce of n elements is cut into: n / R rounded up
  * to FSDP_SHARD_ALIGN (the last piece is ragged and padded with zeros). */

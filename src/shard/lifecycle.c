@@ -26,6 +26,7 @@ static int start_gather(fsdp_engine *e, int u) {
     int u_index = (int)(s - e->units);
     int in_node = s->secondary_ready;
     engine_span span = engine_span_begin(e, e->gather_stream);
+    s->fp8_ready = 0;
     if (s->secondary_ready) {
         /* hpZ: the backward's gather, from the slices its forward kept, inside the secondary group. */
         engine_gather_secondary(e, u_index, dst);
@@ -36,6 +37,8 @@ static int start_gather(fsdp_engine *e, int u) {
         be->coll->all_gather(be, e->gather_comm, (const char *)e->qshards + e->qoffset[u_index], e->gather_staging, n,
                              q, e->gather_stream);
         be->ops->dequantize(be, dst, e->opts.compute_dtype, e->gather_staging, q, n, e->shard_size, e->gather_stream);
+        engine_unpack_fp8_weights(e, u_index, slot, dst);
+        s->fp8_ready = e->mode.fp8_weights && s->num_fp8 > 0;
         engine_count_pieces(e, FSDP_COMM_GATHER, e->shard_size, engine_wire_bytes(q, n));
     } else {
         const void *src = (const char *)e->working + (size_t)s->offset * e->ce;
@@ -256,13 +259,12 @@ void engine_quantize_shard(fsdp_engine *e, int u) {
     e->be->ops->quantize(e->be, (char *)e->qshards + e->qoffset[u], e->opts.gather_dtype,
                          (const char *)e->master + (size_t)s->offset * e->me, e->opts.master_dtype,
                          (size_t)s->shard_len, 1, (size_t)s->shard_len, e->be->compute);
+    engine_measure_fp8_weights(e, u);
 }
 
-/* After unit u's shard was updated (compute stream): its quantized copy follows, and if the next
- * step opens with u, its gather starts now, behind the rest of the update. */
-static void unit_updated(fsdp_engine *e, int u) {
-    if (e->shard_size == 1) return;
-    if (e->mode.quantized_gathers) engine_quantize_shard(e, u);
+/* Unit u's shard and its quantized copy are written (compute stream): if the next step opens with u,
+ * its gather starts now, behind the rest of the update. */
+static void shard_ready(fsdp_engine *e, int u) {
     e->be->runtime->event_record(e->be, e->updated, e->be->compute);
     e->updated_valid = 1;
     /* The next step opens with these units: gathering them now hides the gathers behind the rest
@@ -271,11 +273,21 @@ static void unit_updated(fsdp_engine *e, int u) {
         if (e->order[k] == u && !resident(e, u)) start_gather(e, u);
 }
 
+/* A unit with FP8 weights waits for every unit's amax (engine_encode_fp8_weights) before its gather. */
+static int waits_for_fp8(const fsdp_engine *e, int u) { return e->mode.fp8_weights && e->units[u].num_fp8 > 0; }
+
 void fsdp_engine_update_shards(fsdp_engine *e, fsdp_shard_update update, void *ctx) {
     for (int u = 0; u < e->num_units; u++) {
         fsdp_shard_view v = fsdp_engine_view(e, u);
         update(ctx, u, &v);
-        unit_updated(e, u);
+        if (e->shard_size == 1) continue;
+        if (e->mode.quantized_gathers) engine_quantize_shard(e, u);
+        if (!waits_for_fp8(e, u)) shard_ready(e, u);
+    }
+    if (e->mode.fp8_weights) {
+        engine_encode_fp8_weights(e);
+        for (int u = 0; u < e->num_units; u++)
+            if (waits_for_fp8(e, u)) shard_ready(e, u);
     }
     /* Only the gathers just started for the next step may hold a slot: every other unit was
      * released by its backward. */

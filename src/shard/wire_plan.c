@@ -20,6 +20,7 @@ void fsdp_engine_mode_of(const fsdp_shard_options *o, int S, int R, fsdp_engine_
     m->nccl_replicas = training && R > 1 && o->reduce_dtype == FSDP_F32;
     m->quantized_gathers = S > 1 && fsdp_dtype_blockwise(o->gather_dtype);
     m->working_copy = o->compute_dtype != o->master_dtype && !m->quantized_gathers;
+    m->fp8_weights = training && o->fp8_weights && m->quantized_gathers && o->gather_dtype == FSDP_E4M3;
     /* hpZ only where a forward is followed by a backward that gathers again over a larger group. */
     int N = o->reshard_size;
     m->secondary_size = training && o->strategy == FSDP_FULL && N >= 1 && N < S && S % N == 0 ? N : 0;

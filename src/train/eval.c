@@ -34,7 +34,10 @@ static void forward(fsdp_trainer *t, float *loss_sum) {
     if (!tied) fsdp_engine_done_forward(e, E);
     for (int i = 0; i < L; i++) {
         int u = fsdp_unit_block(l, i);
-        fsdp_model_block_forward(m, i, fsdp_engine_params(e, u));
+        const void *p = fsdp_engine_params(e, u);
+        fsdp_fp8_weight w8[FSDP_FP8_MAX_MATRICES]; /* the products' weights, if the gather brought them in FP8 */
+        fsdp_model_set_fp8_weights(m, fsdp_engine_fp8_weights(e, u, w8) ? w8 : NULL);
+        fsdp_model_block_forward(m, i, p);
         fsdp_engine_done_forward(e, u);
     }
     fsdp_model_head_loss(m, fsdp_engine_params(e, H), tied ? embed : NULL, loss_sum);

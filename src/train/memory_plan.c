@@ -69,6 +69,18 @@ int fsdp_plan_check_embed_rows(const char *command, const fsdp_train_options *o,
     return 0;
 }
 
+fsdp_unit_spec *fsdp_plan_unit_specs(const fsdp_model_config *cfg, const fsdp_train_options *o,
+                                     const fsdp_layout *layout) {
+    fsdp_unit_spec *specs = fsdp_xcalloc((size_t)layout->num_units, sizeof *specs, "unit specs");
+    for (int u = 0; u < layout->num_units; u++) {
+        specs[u].numel = layout->units[u].numel;
+        specs[u].decay_numel = layout->units[u].decay_numel;
+        if (o->fp8 == FSDP_FP8_TENSORWISE)
+            specs[u].num_fp8_matrices = fsdp_model_fp8_matrices(cfg, layout, u, specs[u].fp8_matrices);
+    }
+    return specs;
+}
+
 void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_options *o, int world, const int *order,
                              int order_len, const int *pinned, fsdp_shard_options *so) {
     memset(so, 0, sizeof *so);
@@ -82,6 +94,8 @@ void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_opti
     so->grad_dtype = fsdp_plan_grad_dtype(o);
     so->reduce_dtype = o->reduce_dtype;
     so->gather_dtype = o->gather_dtype;
+    /* Tensorwise products take their weights as gathered codes when gathers send fp8 (engine.h). */
+    so->fp8_weights = o->fp8 == FSDP_FP8_TENSORWISE;
     so->accumulate_local = fsdp_plan_accumulate_local(o, world);
     so->order = order;
     so->order_len = order_len;
@@ -152,11 +166,7 @@ void fsdp_memory_plan_compute(const fsdp_model_config *cfg, const fsdp_train_opt
     fsdp_layout_build(cfg, &layout);
     int *order, order_len, *pinned;
     fsdp_plan_unit_order(cfg, &layout, &order, &order_len, &pinned);
-    fsdp_unit_spec *specs = fsdp_xmalloc((size_t)layout.num_units * sizeof *specs, "unit specs");
-    for (int u = 0; u < layout.num_units; u++) {
-        specs[u].numel = layout.units[u].numel;
-        specs[u].decay_numel = layout.units[u].decay_numel;
-    }
+    fsdp_unit_spec *specs = fsdp_plan_unit_specs(cfg, o, &layout);
     fsdp_shard_options so;
     fsdp_plan_shard_options(cfg, o, place->world, order, order_len, pinned, &so);
     out->embed_rows = so.rows_capacity > 0;
@@ -248,6 +258,10 @@ void fsdp_memory_plan_line(const fsdp_memory_plan *p, char *buf, size_t cap) {
     if (e->staging && used < cap) used += (size_t)snprintf(buf + used, cap - used, " + staging %.2f", IN(e->staging));
     if (e->secondary && used < cap)
         used += (size_t)snprintf(buf + used, cap - used, " + secondary copy (hpZ) %.2f", IN(e->secondary));
+    if (e->quantized && used < cap)
+        used += (size_t)snprintf(buf + used, cap - used, " + quantized shards %.2f", IN(e->quantized));
+    if (e->fp8_weights && used < cap)
+        used += (size_t)snprintf(buf + used, cap - used, " + FP8 weights %.2f", IN(e->fp8_weights));
     if (used < cap)
         used += (size_t)snprintf(buf + used, cap - used, " + activations %.2f + workspace %.2f = %.2f %s reserved",
                                  IN(p->activations), IN(p->workspace.total + p->step_scalars), IN(p->reserved), u.name);

@@ -80,6 +80,10 @@ int fsdp_plan_embed_rows(const fsdp_model_config *cfg, const fsdp_train_options 
  * locally on `world` ranks): a usage error naming `command`. */
 int fsdp_plan_check_embed_rows(const char *command, const fsdp_train_options *o, int world, fsdp_err *err);
 /* The engine's options for `o`; order and pinned as fsdp_plan_unit_order made them. */
+/* The engine's unit specs of a model's layout (fsdp_unit_spec): sizes, and the FP8 weights of
+ * tensorwise products. Free with free(). */
+fsdp_unit_spec *fsdp_plan_unit_specs(const fsdp_model_config *cfg, const fsdp_train_options *o,
+                                     const fsdp_layout *layout);
 void fsdp_plan_shard_options(const fsdp_model_config *cfg, const fsdp_train_options *o, int world, const int *order,
                              int order_len, const int *pinned, fsdp_shard_options *out);
 /* The shape of the model's activations for `o`: the micro-batch, attention and the dropout rates a

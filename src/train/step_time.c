@@ -250,8 +250,7 @@ void fsdp_step_time_predict(const fsdp_model_config *cfg, const fsdp_train_optio
     s.U = s.layout.num_units;
     fsdp_plan_unit_order(cfg, &s.layout, &s.order, &s.order_len, &s.pinned);
     fsdp_plan_shard_options(cfg, o, place->world, s.order, s.order_len, s.pinned, &s.so);
-    fsdp_unit_spec *specs = fsdp_xmalloc((size_t)s.U * sizeof *specs, "unit specs");
-    for (int u = 0; u < s.U; u++) specs[u].numel = s.layout.units[u].numel, specs[u].decay_numel = 0;
+    fsdp_unit_spec *specs = fsdp_plan_unit_specs(cfg, o, &s.layout);
     fsdp_engine_wire_plan(specs, s.U, &s.so, place->world, place->node_size, &s.wire);
     free(specs);
     s.K = fsdp_plan_microbatches(o, place->world);

@@ -79,11 +79,7 @@ static int check_seq(fsdp_trainer *t, fsdp_err *err) {
 }
 
 static int create_engine_and_optimizer(fsdp_trainer *t, fsdp_err *err) {
-    fsdp_unit_spec *specs = fsdp_xmalloc((size_t)t->layout.num_units * sizeof *specs, "unit specs");
-    for (int u = 0; u < t->layout.num_units; u++) {
-        specs[u].numel = t->layout.units[u].numel;
-        specs[u].decay_numel = t->layout.units[u].decay_numel;
-    }
+    fsdp_unit_spec *specs = fsdp_plan_unit_specs(&t->cfg, &t->opt, &t->layout);
     fsdp_shard_options so;
     fsdp_plan_shard_options(&t->cfg, &t->opt, t->topo.world, t->order, t->order_len, t->pinned, &so);
     t->embed_rows = so.rows_capacity > 0;
@@ -266,6 +262,8 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
     for (int i = 0; i < L; i++) {
         int u = fsdp_unit_block(l, i);
         const void *p = fsdp_engine_params(e, u);
+        fsdp_fp8_weight w8[FSDP_FP8_MAX_MATRICES]; /* the products' weights, if the gather brought them in FP8 */
+        fsdp_model_set_fp8_weights(m, fsdp_engine_fp8_weights(e, u, w8) ? w8 : NULL);
         mark_at = fsdp_trace_mark(t);
         fsdp_model_block_forward(m, i, p);
         fsdp_trace_compute(t, mark_at, "fwd", u);
@@ -289,6 +287,8 @@ static void microbatch(fsdp_trainer *t, int a, float grad_scale) {
         int u = fsdp_unit_block(l, i);
         const void *p = fsdp_engine_params(e, u);
         void *g = fsdp_engine_grads(e, u);
+        fsdp_fp8_weight w8[FSDP_FP8_MAX_MATRICES];
+        fsdp_model_set_fp8_weights(m, fsdp_engine_fp8_weights(e, u, w8) ? w8 : NULL);
         mark_at = fsdp_trace_mark(t);
         fsdp_model_block_backward(m, i, p, g);
         fsdp_trace_compute(t, mark_at, "bwd", u);
@@ -585,10 +585,11 @@ static void describe_run(fsdp_trainer *t) {
     fsdp_dropout_rates_describe(&shape.dropout, dropout, sizeof dropout);
     fsdp_data_describe(&t->data, data, sizeof data);
     fsdp_log("batch: %d per rank x %d accumulation x %d ranks = %d samples of %d tokens per step%s | data %s | "
-             "recompute %s | dropout %s%s%s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world,
+             "recompute %s | dropout %s%s%s%s\n", o->mbs, o->grad_accum, t->topo.world, o->mbs * o->grad_accum * t->topo.world,
              o->seq, o->grad_accum < 2 ? "" : fsdp_plan_accumulate_local(o, t->topo.world) ? " (accumulated locally, reduced once)"
                                                                                    : " (reduced every micro-batch)",
-             data, fsdp_recompute_name(o->recompute), dropout, o->fp8 ? " | fp8 " : "", o->fp8 ? fsdp_fp8_name(o->fp8) : "");
+             data, fsdp_recompute_name(o->recompute), dropout, o->fp8 ? " | fp8 " : "", o->fp8 ? fsdp_fp8_name(o->fp8) : "",
+             fsdp_engine_gathers_fp8_weights(t->eng) ? " (block weights gathered as e4m3 codes, one scale each)" : "");
     if (t->topo.world > 1) {
         fsdp_comm_bytes *m = &t->comm_min;
         double unit = m->total >= 1e8 ? 1e9 : m->total >= 1e5 ? 1e6 : 1e3;

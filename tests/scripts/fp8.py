@@ -9,6 +9,8 @@
   where fp32 products differ from FP8 ones by far more; later steps within 2e-3 (a weight that moved
   by a rounding can round to another FP8 code);
 - the metrics summary and the run line say the recipe;
+- FP8 weights gathered as codes (--gather-dtype fp8 with tensorwise products) on FULL, SHARD_GRAD_OP and FULL
+  with hpZ train within 3e-3 of exact gathers (fp8 gathers' own noise here), and the run line says so;
 - refused in one line: a model whose intermediate size is not a multiple of 16, a micro-batch of 12
   tokens, and a value that is not a recipe.
 """
@@ -97,6 +99,30 @@ for n, strategy, extra, fp8 in LAYOUTS:
             (what, steps[0]["loss"], steps[0]["grad_norm"], ref[0]["loss"], ref[0]["grad_norm"]))
     worst = max(rel(a, b) for a, b in zip(losses(steps), losses(ref)))
     t.check(worst <= 2e-3, "%s: every loss within 2e-3 of 1 rank's (worst %.1e)" % (what, worst))
+
+# FP8 weights gathered as codes (--gather-dtype fp8 with tensorwise products; src/shard/fp8_weights.c, whose
+# codes tests/mpi/test_fp8_weights.c holds bit for bit to a cast of the master weights): FULL on 2 ranks,
+# SHARD_GRAD_OP on 3 (the codes kept from forward to backward) and FULL with hpZ on 4 as 2 nodes (the backward's
+# gather inside the node moves bf16 values, whose products cast them) train as the exact gathers do, every loss
+# within 3e-3 (the embeddings and norms still travel in blockwise e4m3, which alone moves this model's losses by
+# 1-2e-3); the run line says it, and neither rowwise products nor int8 gathers take this path.
+ref = train(2, "2-FULL-tensorwise-bf16gather", ["--fp8", "tensorwise", "--strategy", "FULL"])[0]
+for n, strategy, extra in ((2, "FULL", []), (3, "SHARD_GRAD_OP", []),
+                           (4, "FULL", ["--ranks-per-node", "2", "--reshard-after-forward", "node"])):
+    what = "--fp8 tensorwise --gather-dtype fp8 on %d ranks %s%s" % (n, strategy, " with hpZ" if extra else "")
+    steps, _, out = train(n, "%d-%s-fp8gather%s" % (n, strategy, "-hpz" if extra else ""),
+                          ["--fp8", "tensorwise", "--gather-dtype", "fp8", "--strategy", strategy] + extra)
+    t.check("block weights gathered as e4m3 codes" in out, "%s: the run line says the weights come as codes" % what)
+    if len(steps) != STEPS or len(ref) != STEPS:
+        t.fail("%s: %d steps" % (what, len(steps)))
+        continue
+    worst = max(rel(a, b) for a, b in zip(losses(steps), losses(ref)))
+    t.check(worst <= 3e-3 and 0 < rel(steps[0]["loss"], ref[0]["loss"]),
+            "%s: every loss within 3e-3 of exact gathers' (worst %.1e), the first one not equal" % (what, worst))
+for extra in (["--fp8", "rowwise", "--gather-dtype", "fp8"], ["--fp8", "tensorwise", "--gather-dtype", "int8"]):
+    out = train(2, "2-FULL-" + "-".join(extra[1::2]), extra + ["--strategy", "FULL"])[2]
+    t.check("| fp8 " in out and "gathered as e4m3 codes" not in out,
+            "%s: the products cast their weights from the gathered units" % " ".join(extra))
 
 # refusals: one line, non-zero exit
 for args, expect, what in (

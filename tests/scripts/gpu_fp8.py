@@ -8,6 +8,8 @@
   reserves what its plan says (plan_reserved_bytes: the FP8 operands are counted in the op scratch);
 - with two GPUs, FULL on 2 ranks takes the same first step as 1 rank with accumulation 2 (the same
   micro-batches, so the same FP8 scales): loss within 1e-5;
+- with two GPUs, FP8 weights gathered as e4m3 codes (--gather-dtype fp8) on FULL, SHARD_GRAD_OP and FULL with
+  hpZ learn as exact gathers do (final loss within 2% of the loss's fall) and reserve what their plans say;
 - on a GPU without FP8 (an A100): --fp8 is refused in one line naming the GPU.
 Skipped (exit 77) without a GPU and the CUDA backend."""
 import json
@@ -89,4 +91,24 @@ for fp8 in ("tensorwise", "rowwise"):
         _, two, _, _ = train(2, fp8 + "-2", ["--fp8", fp8, "--strategy", "FULL"], accum=1)
         t.check(two and rel(two[0]["loss"], got[0]) <= 1e-5,
                 "--fp8 %s on 2 GPUs FULL: the first loss as on 1 (%s vs %s)" % (fp8, losses(two)[:1], got[:1]))
+
+# FP8 weights gathered as e4m3 codes (--gather-dtype fp8 with tensorwise products; src/shard/fp8_weights.c):
+# FULL, SHARD_GRAD_OP and FULL with hpZ (2 GPUs as 2 nodes; its backward gathers bf16 values inside the node and
+# casts them) learn as the exact gathers do and reserve what their plans say (the codes beside each gathered
+# slot and their scales).
+if gpus >= 2:
+    _, exact, _, _ = train(2, "tw-exact-2", ["--fp8", "tensorwise", "--strategy", "FULL"], accum=1)
+    for strategy, extra in (("FULL", []), ("SHARD_GRAD_OP", []),
+                            ("FULL", ["--ranks-per-node", "1", "--reshard-after-forward", "node"])):
+        what = "--fp8 tensorwise --gather-dtype fp8 on 2 GPUs %s%s" % (strategy, " with hpZ" if extra else "")
+        rc, steps, summary, err = train(2, "tw-fp8gather-%s%s" % (strategy, "-hpz" if extra else ""),
+                                        ["--fp8", "tensorwise", "--gather-dtype", "fp8", "--strategy", strategy] + extra,
+                                        accum=1, check=False)
+        got, ref = losses(steps), losses(exact)
+        fall = ref[0] - ref[-1] if len(ref) == STEPS else 0.0
+        t.check(rc == 0 and len(got) == STEPS and all(x == x for x in got) and abs(got[-1] - ref[-1]) < 0.02 * fall,
+                "%s learns as exact gathers do: final loss %s vs %s (2%% of the fall)" % (what, got[-1:], ref[-1:]))
+        t.check(summary is not None and summary["max_reserved_bytes"] == summary["plan_reserved_bytes"],
+                "%s reserves what its plan says (%s)" %
+                (what, summary and (summary["max_reserved_bytes"], summary["plan_reserved_bytes"])))
 t.finish()

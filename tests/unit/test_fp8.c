@@ -264,8 +264,8 @@ static void test_products(const fsdp_fp8_recipe *rc, const char *name) {
     float *y = xmalloc((size_t)N * OC * 4), *dx = xmalloc((size_t)N * C * 4), *dw = rand_matrix(OC, C, 1e-4f);
     float *dw0 = xmalloc((size_t)OC * C * 4);
     memcpy(dw0, dw, (size_t)OC * C * 4);
-    cpu_fp8_matmul_forward(y, x, w, NULL, NULL, N, C, OC, 0, rc, FSDP_FP8_AMAX_NONE);
-    cpu_fp8_matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC, rc, FSDP_FP8_AMAX_NONE);
+    cpu_fp8_matmul_forward(y, x, w, NULL, NULL, N, C, OC, 0, rc, FSDP_FP8_AMAX_NONE, NULL);
+    cpu_fp8_matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC, rc, FSDP_FP8_AMAX_NONE, NULL);
     double r1 = product_bound_ratio(y, NULL, x, FSDP_E4M3, w, FSDP_E4M3, N, OC, C, rw, rc->pow2_scales);
     float *wt = transpose_of(w, OC, C), *dyt = transpose_of(dy, N, OC), *xt = transpose_of(x, N, C);
     double r2 = product_bound_ratio(dx, NULL, dy, rc->grad_t, wt, FSDP_E4M3, N, C, OC, rw, rc->pow2_scales);
@@ -288,7 +288,7 @@ static void test_rowwise_precision(void) {
     for (int g = 1; g <= 2; g++) {
         fsdp_fp8_recipe rc = fsdp_fp8_recipe_of((fsdp_fp8_granularity)g);
         float *y = xmalloc((size_t)N * OC * 4);
-        cpu_fp8_matmul_forward(y, x, w, NULL, NULL, N, C, OC, 0, &rc, FSDP_FP8_AMAX_NONE);
+        cpu_fp8_matmul_forward(y, x, w, NULL, NULL, N, C, OC, 0, &rc, FSDP_FP8_AMAX_NONE, NULL);
         double worst = 0.0; /* the worst row's relative error */
         for (int n = 0; n < N; n++) {
             double num = 0, den = 0;
@@ -327,8 +327,8 @@ static void backend_ops_case(fsdp_backend *be, fsdp_fp8_granularity g, int save)
     for (size_t i = 0; i < (size_t)N * C; i++) x[i] = fsdp_round_bf16(x[i]);
     float saved[FSDP_FP8_SAVED_AMAX] = {-1.0f, -1.0f};
     float *y = xmalloc((size_t)N * OC * 4), *want = xmalloc((size_t)N * OC * 4);
-    be->ops->matmul_forward_fp8(be, y, x, w, b, res, N, C, OC, 1, &rc, (fsdp_fp8_amax){NULL, NULL, save ? saved : NULL});
-    cpu_fp8_matmul_forward(want, x, w, b, res, N, C, OC, 1, &rc, FSDP_FP8_AMAX_NONE);
+    be->ops->matmul_forward_fp8(be, y, x, w, b, res, N, C, OC, 1, &rc, (fsdp_fp8_amax){NULL, NULL, save ? saved : NULL}, NULL);
+    cpu_fp8_matmul_forward(want, x, w, b, res, N, C, OC, 1, &rc, FSDP_FP8_AMAX_NONE, NULL);
     int same = 1;
     for (size_t i = 0; i < (size_t)N * OC; i++) same &= y[i] == fsdp_round_bf16(want[i]);
     check_that(same, "%s: backend matmul_forward_fp8 (bias, residual, relu) = reference rounded to bf16%s", name, how);
@@ -345,8 +345,8 @@ static void backend_ops_case(fsdp_backend *be, fsdp_fp8_granularity g, int save)
     float *dx = xmalloc((size_t)N * C * 4), *dw = xmalloc((size_t)OC * C * 4), *db = xmalloc(OC * 4);
     float *rdx = xmalloc((size_t)N * C * 4), *rdw = xmalloc((size_t)OC * C * 4), *rdb = xmalloc(OC * 4);
     memset(dw, 0, (size_t)OC * C * 4), memset(rdw, 0, (size_t)OC * C * 4), memset(db, 0, OC * 4), memset(rdb, 0, OC * 4);
-    be->ops->matmul_backward_fp8(be, dx, dw, db, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, NULL, save ? saved : NULL});
-    cpu_fp8_matmul_backward(rdx, rdw, rdb, dy, x, w, N, C, OC, &rc, FSDP_FP8_AMAX_NONE);
+    be->ops->matmul_backward_fp8(be, dx, dw, db, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, NULL, save ? saved : NULL}, NULL);
+    cpu_fp8_matmul_backward(rdx, rdw, rdb, dy, x, w, N, C, OC, &rc, FSDP_FP8_AMAX_NONE, NULL);
     same = 1;
     for (size_t i = 0; i < (size_t)N * C; i++) same &= dx[i] == fsdp_round_bf16(rdx[i]);
     for (size_t i = 0; i < (size_t)OC * C; i++) same &= dw[i] == rdw[i];
@@ -356,7 +356,7 @@ static void backend_ops_case(fsdp_backend *be, fsdp_fp8_granularity g, int save)
         /* A saved amax that is not the tensors' changes the scales: the backward does read it. */
         float wrong[FSDP_FP8_SAVED_AMAX] = {saved[0] * 3.0f, saved[1] * 3.0f};
         memset(dw, 0, (size_t)OC * C * 4);
-        be->ops->matmul_backward_fp8(be, dx, dw, db, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, NULL, wrong});
+        be->ops->matmul_backward_fp8(be, dx, dw, db, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, NULL, wrong}, NULL);
         int differs = 0;
         for (size_t i = 0; i < (size_t)OC * C; i++) differs |= dw[i] != rdw[i];
         check_that(differs, "%s: the backward's x^T and W^T scales come from the saved amax", name);
@@ -452,21 +452,21 @@ static void test_given_amax(void) {
     for (size_t i = 0; i < (size_t)N * OC; i++) dy[i] = fsdp_round_bf16(dy[i]);
     float *y0 = xmalloc((size_t)N * OC * 4), *y1 = xmalloc((size_t)N * OC * 4);
     float saved[FSDP_FP8_SAVED_AMAX], ax = max_abs(x, (size_t)N * C), ady = max_abs(dy, (size_t)N * OC);
-    be->ops->matmul_forward_fp8(be, y0, x, w, NULL, NULL, N, C, OC, 0, &rc, FSDP_FP8_AMAX_NONE);
+    be->ops->matmul_forward_fp8(be, y0, x, w, NULL, NULL, N, C, OC, 0, &rc, FSDP_FP8_AMAX_NONE, NULL);
     saved[0] = ax;
-    be->ops->matmul_forward_fp8(be, y1, x, w, NULL, NULL, N, C, OC, 0, &rc, (fsdp_fp8_amax){saved, NULL, saved});
+    be->ops->matmul_forward_fp8(be, y1, x, w, NULL, NULL, N, C, OC, 0, &rc, (fsdp_fp8_amax){saved, NULL, saved}, NULL);
     check_that(!memcmp(y0, y1, (size_t)N * OC * 4) && saved[1] == max_abs(w, (size_t)OC * C),
                "forward told max |x| = forward measuring it; it saved max |W|");
     float *dx0 = xmalloc((size_t)N * C * 4), *dx1 = xmalloc((size_t)N * C * 4);
     float *dw0 = calloc((size_t)OC * C, 4), *dw1 = calloc((size_t)OC * C, 4);
-    be->ops->matmul_backward_fp8(be, dx0, dw0, NULL, dy, x, w, N, C, OC, &rc, FSDP_FP8_AMAX_NONE);
+    be->ops->matmul_backward_fp8(be, dx0, dw0, NULL, dy, x, w, N, C, OC, &rc, FSDP_FP8_AMAX_NONE, NULL);
     float told = ady;
-    be->ops->matmul_backward_fp8(be, dx1, dw1, NULL, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, &told, saved});
+    be->ops->matmul_backward_fp8(be, dx1, dw1, NULL, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, &told, saved}, NULL);
     check_that(!memcmp(dx0, dx1, (size_t)N * C * 4) && !memcmp(dw0, dw1, (size_t)OC * C * 4),
                "backward told max |dy| and the saved amax = backward measuring them");
     told = 3.0f * ady; /* not a power of two, which would only shift the exponents */
     memset(dw1, 0, (size_t)OC * C * 4);
-    be->ops->matmul_backward_fp8(be, dx1, dw1, NULL, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, &told, saved});
+    be->ops->matmul_backward_fp8(be, dx1, dw1, NULL, dy, x, w, N, C, OC, &rc, (fsdp_fp8_amax){NULL, &told, saved}, NULL);
     check_that(memcmp(dx0, dx1, (size_t)N * C * 4) != 0, "backward uses the dy amax it is told");
     free(x), free(w), free(dy), free(y0), free(y1), free(dx0), free(dx1), free(dw0), free(dw1);
     be->runtime->destroy(be);

@@ -14,6 +14,10 @@
  *    matmul_backward): the FP8 error must stay within 1.25x the emulation's own error plus 4e-3;
  *    tensorwise told the amax of x and dy (fsdp_fp8_amax, as the norms and the backward ops report them)
  *    gives the measured outputs bit for bit;
+ *  - a weight fed as codes (fsdp_fp8_weight, W and W^T as a gather brings them) gives the casting
+ *    products' y, dx and dW bit for bit; the kernels behind FP8 weights on the wire (amax of a part, the
+ *    parts' scales, the encode, the unpack from gathered pieces into W, W^T and the unit) against the CPU
+ *    reference bit for bit, fp32 and bf16, ragged tiles, weights across pieces;
  *  - fp8_products is set exactly on GPUs of compute capability 8.9 and newer; elsewhere the
  *    products are skipped with a line (the casts still run), as `--fp8` must refuse there.
  * Exits 1 on any failure, 77 (skipped) without a GPU. */
@@ -184,6 +188,86 @@ static void test_epilogue(fsdp_dtype out_t) {
     dfree(dacc), dfree(dia), dfree(dib), dfree(dbias), dfree(dout);
 }
 
+/* ---- weights cast once per gather (fsdp_cuda_fp8_amax, _scales_of_parts, _encode, _unpack) ---- */
+
+/* A weight's part from a shard (n elements, fp32 or bf16) encoded with the scale of the largest of three
+ * parts' amaxes, and a weight unpacked from gathered pieces, against the CPU reference bit for bit. */
+static void test_wire_encode(size_t n, fsdp_dtype src_t, int special) {
+    float *x = hmalloc(n ? n : 1);
+    fill(x, 1, (int)n, 0, src_t);
+    if (special && n > 9) x[n / 2] = NAN;
+    float parts[3 * 4] = {0}; /* three ranks' amaxes, FSDP_FP8_MAX_MATRICES apart, this one second */
+    parts[0] = 0.25f, parts[8] = 3.0f;
+    cpu_fp8_amax(&parts[4], x, 1, (int)n, 0, 0);
+    float want[FSDP_FP8_SCALES], got[FSDP_FP8_SCALES], gamax;
+    cpu_fp8_scales_of_parts(want, parts, 3, 4, FSDP_E4M3);
+    uint8_t *rc = xmalloc(n + 1), *gc = xmalloc(n + 1);
+    float s, inv;
+    cpu_fp8_cast(rc, &s, &inv, NULL, x, 1, (int)n, 0, 0, FSDP_E4M3, 0, want + 2);
+    void *dx = dmalloc((n + 1) * esz(src_t));
+    upload(dx, x, n, src_t);
+    float *dparts = dmalloc(sizeof parts), *dscales = dmalloc(FSDP_FP8_SCALES * 4), *damax = dmalloc(4);
+    uint8_t *dc = dmalloc(n + 1);
+    CK(cudaMemcpy(dparts, parts, sizeof parts, cudaMemcpyHostToDevice));
+    fsdp_cuda_fp8_amax(damax, dx, src_t, n, 0);
+    fsdp_cuda_fp8_scales_of_parts(dscales, dparts, 3, 4, FSDP_E4M3, 0);
+    fsdp_cuda_fp8_encode(dc, dscales, dx, src_t, n, FSDP_E4M3, 0);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(&gamax, damax, 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got, dscales, sizeof got, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gc, dc, n, cudaMemcpyDeviceToHost));
+    int ok = same_bits(gamax, parts[4]);
+    for (int i = 0; i < FSDP_FP8_SCALES; i++) ok &= same_bits(got[i], want[i]);
+    for (size_t i = 0; i < n; i++) ok &= gc[i] == rc[i] || (nan_code(FSDP_E4M3, gc[i]) && nan_code(FSDP_E4M3, rc[i]));
+    check_that(ok, "FP8 weight part of %zu %s%s: amax, the parts' scales and the codes bit-exact", n,
+               fsdp_dtype_name(src_t), special ? " with a NaN" : "");
+    free(x), free(rc), free(gc);
+    dfree(dx), dfree(dparts), dfree(dscales), dfree(damax), dfree(dc);
+}
+
+static void test_wire_unpack(int rows, int cols, int64_t offset, size_t count, int pieces, fsdp_dtype unit_t) {
+    const size_t pb = fsdp_dtype_piece_bytes(FSDP_E4M3, count), n = (size_t)rows * cols;
+    const size_t unit_n = count * (size_t)pieces;
+    uint8_t *p = xmalloc(pb * (size_t)pieces);
+    for (size_t i = 0; i < pb * (size_t)pieces; i++) p[i] = (uint8_t)(rnd() * 256.0) & 0xfe; /* no NaN codes */
+    float scales[FSDP_FP8_SCALES] = {1.0f / 896.0f, 896.0f, 0.5f};
+    float *unit = hmalloc(unit_n), *gunit = hmalloc(unit_n);
+    for (size_t i = 0; i < unit_n; i++) unit[i] = unit_t == FSDP_BF16 ? fsdp_round_bf16((float)i) : (float)i;
+    uint8_t *rc = xmalloc(n), *rt = xmalloc(n), *gcodes = xmalloc(n), *gt = xmalloc(n);
+    fsdp_fp8_matrix m = {offset, rows, cols};
+    void *dp = dmalloc(pb * (size_t)pieces), *du = dmalloc(unit_n * esz(unit_t));
+    uint8_t *dc = dmalloc(n), *dt = dmalloc(n);
+    float *ds = dmalloc(sizeof scales);
+    CK(cudaMemcpy(dp, p, pb * (size_t)pieces, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ds, scales, sizeof scales, cudaMemcpyHostToDevice));
+    upload(du, unit, unit_n, unit_t);
+    cpu_fp8_unpack(rc, rt, unit, unit_t == FSDP_BF16, p, pb, count, &m, FSDP_E4M3, scales[0]);
+    fsdp_cuda_fp8_unpack(dc, dt, du, unit_t, dp, pb, count, &m, FSDP_E4M3, ds, 0);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(gcodes, dc, n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gt, dt, n, cudaMemcpyDeviceToHost));
+    download(gunit, du, unit_n, unit_t);
+    check_that(memcmp(gcodes, rc, n) == 0 && memcmp(gt, rt, n) == 0 && memcmp(gunit, unit, unit_n * 4) == 0,
+               "FP8 weight %dx%d at %lld of %d pieces of %zu into %s: W, W^T and the unit's values bit-exact", rows,
+               cols, (long long)offset, pieces, count, fsdp_dtype_name(unit_t));
+    free(p), free(unit), free(gunit), free(rc), free(rt), free(gcodes), free(gt);
+    dfree(dp), dfree(du), dfree(dc), dfree(dt), dfree(ds);
+}
+
+static void test_wire_weights(void) {
+    const size_t parts[] = {0, 7, 4096, 100003};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        test_wire_encode(parts[i], FSDP_F32, 0);
+        test_wire_encode(parts[i], FSDP_BF16, i == 3);
+    }
+    /* the vector kernel (every run of 4 aligned) and the scalar one (an odd offset), ragged tiles, weights
+     * across pieces */
+    test_wire_unpack(48, 32, 0, 1088, 3, FSDP_BF16);
+    test_wire_unpack(80, 48, 1024, 2048, 3, FSDP_F32);
+    test_wire_unpack(70, 100, 333, 3200, 3, FSDP_F32);
+    test_wire_unpack(256, 512, 4096, 50048, 4, FSDP_BF16);
+}
+
 /* ---- products through the backend ---- */
 
 static void *dev_copy(fsdp_backend *be, const float *h, size_t n, fsdp_dtype t) {
@@ -205,6 +289,16 @@ static float *minus(const float *a, const float *b, size_t n) {
     float *d = hmalloc(n);
     for (size_t i = 0; i < n; i++) d[i] = a[i] - b[i];
     return d;
+}
+
+/* 1 when the `bytes` bytes at device pointers x and y are the same. */
+static int device_equal(const void *x, const void *y, size_t bytes) {
+    char *a = malloc(bytes), *c = malloc(bytes);
+    CK(cudaMemcpy(a, x, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c, y, bytes, cudaMemcpyDeviceToHost));
+    const int same = a && c && !memcmp(a, c, bytes);
+    free(a), free(c);
+    return same;
 }
 
 /* FP8 (GPU) vs emulation (CPU) and vs the bf16 product (GPU), for one product's output. */
@@ -234,10 +328,10 @@ static void test_products(fsdp_backend *be, int N, int C, int OC, const fsdp_fp8
     float *saved = save ? be->runtime->alloc(be, FSDP_FP8_SAVED_AMAX * sizeof(float), "saved amax") : NULL;
 
     be->ops->matmul_forward_fp8(be, dy8, dx_in, dwt, bias, resid, N, C, OC, with_extras, r,
-                                (fsdp_fp8_amax){NULL, NULL, saved});
+                                (fsdp_fp8_amax){NULL, NULL, saved}, NULL);
     be->ops->matmul_forward(be, dyb, dx_in, dwt, bias, resid, N, C, OC, with_extras);
     float *y8 = host_copy(dy8, ny, FSDP_BF16), *yb = host_copy(dyb, ny, FSDP_BF16), *ye = hmalloc(ny);
-    cpu_fp8_matmul_forward(ye, x, w, with_extras ? b : NULL, with_extras ? res : NULL, N, C, OC, with_extras, r, FSDP_FP8_AMAX_NONE);
+    cpu_fp8_matmul_forward(ye, x, w, with_extras ? b : NULL, with_extras ? res : NULL, N, C, OC, with_extras, r, FSDP_FP8_AMAX_NONE, NULL);
     round_all(ye, ny);
     snprintf(what, sizeof what, "%s forward %dx%dx%d%s vs the CPU emulation", name, N, C, OC,
              with_extras ? " (bias, residual, relu)" : "");
@@ -251,13 +345,13 @@ static void test_products(fsdp_backend *be, int N, int C, int OC, const fsdp_fp8
                    C, OC, got[0], got[1], ax, aw);
     }
 
-    be->ops->matmul_backward_fp8(be, dx8, dw8, NULL, ddy, dx_in, dwt, N, C, OC, r, (fsdp_fp8_amax){NULL, NULL, saved});
+    be->ops->matmul_backward_fp8(be, dx8, dw8, NULL, ddy, dx_in, dwt, N, C, OC, r, (fsdp_fp8_amax){NULL, NULL, saved}, NULL);
     be->ops->matmul_backward(be, dxb, dwb, NULL, ddy, dx_in, dwt, N, C, OC);
     float *gx8 = host_copy(dx8, nx, FSDP_BF16), *gxb = host_copy(dxb, nx, FSDP_BF16);
     float *gw8 = host_copy(dw8, nw, FSDP_F32), *gwb = host_copy(dwb, nw, FSDP_F32);
     float *ex = hmalloc(nx), *ew = hmalloc(nw);
     memcpy(ew, dw0, nw * 4);
-    cpu_fp8_matmul_backward(ex, ew, NULL, dy, x, w, N, C, OC, r, FSDP_FP8_AMAX_NONE);
+    cpu_fp8_matmul_backward(ex, ew, NULL, dy, x, w, N, C, OC, r, FSDP_FP8_AMAX_NONE, NULL);
     round_all(ex, nx);
     snprintf(what, sizeof what, "%s dx %dx%dx%d vs the CPU emulation", name, N, C, OC);
     compare(what, name, gx8, ex, gxb, nx, 6e-3);
@@ -276,25 +370,42 @@ static void test_products(fsdp_backend *be, int N, int C, int OC, const fsdp_fp8
         void *gy = be->runtime->alloc(be, ny * 2, "y"), *gx = be->runtime->alloc(be, nx * 2, "dx");
         void *gw = dev_copy(be, dw0, nw, FSDP_F32);
         be->ops->matmul_forward_fp8(be, gy, dx_in, dwt, bias, resid, N, C, OC, with_extras, r,
-                                    (fsdp_fp8_amax){given, NULL, saved2});
+                                    (fsdp_fp8_amax){given, NULL, saved2}, NULL);
         be->ops->matmul_backward_fp8(be, gx, gw, NULL, ddy, dx_in, dwt, N, C, OC, r,
-                                     (fsdp_fp8_amax){NULL, given + 1, saved2});
-        int same = 1;
-        const void *pairs[3][2] = {{dy8, gy}, {dx8, gx}, {dw8, gw}};
-        const size_t bytes[3] = {ny * 2, nx * 2, nw * 4};
-        for (int k = 0; k < 3; k++) {
-            char *a = malloc(bytes[k]), *c = malloc(bytes[k]);
-            CK(cudaMemcpy(a, pairs[k][0], bytes[k], cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(c, pairs[k][1], bytes[k], cudaMemcpyDeviceToHost));
-            same &= a && c && !memcmp(a, c, bytes[k]);
-            free(a), free(c);
-        }
+                                     (fsdp_fp8_amax){NULL, given + 1, saved2}, NULL);
+        const int same = device_equal(dy8, gy, ny * 2) && device_equal(dx8, gx, nx * 2) && device_equal(dw8, gw, nw * 4);
         check_that(same, "%s %dx%dx%d: with the amax of x and dy given (as reported), y, dx and dW are the measured "
                    "ones bit for bit", name, N, C, OC);
         void *more[] = {given, saved2, gy, gx, gw};
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) be->runtime->free(be, more[i]);
     }
 
+    if (save) { /* the weight as a gather brings it (fsdp_fp8_weight): W and W^T cast once, read by both products */
+        uint8_t *wc = be->runtime->alloc(be, nw, "W codes"), *wt = be->runtime->alloc(be, nw, "W^T codes");
+        /* inverse, scale, amax as the engine keeps them; W^T's (the same) a stride further */
+        float *sc = be->runtime->alloc(be, 2 * FSDP_FP8_SCALES_STRIDE * sizeof(float), "W scales");
+        float *st = sc + FSDP_FP8_SCALES_STRIDE;
+        fsdp_cuda_fp8_cast_both(wc, sc + 1, sc, sc + 2, wt, st + 1, st, st + 2, dwt, FSDP_BF16, OC, C, 0, FSDP_E4M3, 0,
+                                NULL, 0);
+        fsdp_fp8_weight w8 = {wc, wt, sc};
+        float *saved3 = be->runtime->alloc(be, FSDP_FP8_SAVED_AMAX * sizeof(float), "saved amax");
+        void *gy = be->runtime->alloc(be, ny * 2, "y"), *gx = be->runtime->alloc(be, nx * 2, "dx");
+        void *gw = dev_copy(be, dw0, nw, FSDP_F32);
+        be->ops->matmul_forward_fp8(be, gy, dx_in, dwt, bias, resid, N, C, OC, with_extras, r,
+                                    (fsdp_fp8_amax){NULL, NULL, saved3}, &w8);
+        be->ops->matmul_backward_fp8(be, gx, gw, NULL, ddy, dx_in, dwt, N, C, OC, r,
+                                     (fsdp_fp8_amax){NULL, NULL, saved3}, &w8);
+        const int same = device_equal(dy8, gy, ny * 2) && device_equal(dx8, gx, nx * 2) && device_equal(dw8, gw, nw * 4);
+        float kept[FSDP_FP8_SAVED_AMAX], aw = 0.0f;
+        CK(cudaMemcpy(kept, saved3, sizeof kept, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < nw; i++) aw = fmaxf(aw, fabsf(w[i]));
+        check_that(same && kept[1] == aw,
+                   "%s %dx%dx%d: fed the weight's codes (W, W^T) as a gather brings them, y, dx and dW are the "
+                   "casting products' bit for bit, and the forward keeps its amax (%g, want %g)", name, N, C, OC,
+                   kept[1], aw);
+        void *frees[] = {wc, wt, sc, saved3, gy, gx, gw};
+        for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) be->runtime->free(be, frees[i]);
+    }
     free(x), free(w), free(dy), free(b), free(res), free(dw0), free(y8), free(yb), free(ye), free(gx8), free(gxb);
     free(gw8), free(gwb), free(ex), free(ew), free(i8), free(ie), free(ib);
     if (saved) be->runtime->free(be, saved);
@@ -344,6 +455,7 @@ int main(int argc, char **argv) {
     test_casts();
     test_epilogue(FSDP_F32);
     test_epilogue(FSDP_BF16);
+    test_wire_weights();
     test_backend();
     CK(cudaGetLastError());
     int status = check_summary("test_gpu_fp8");

@@ -97,6 +97,33 @@ void cpu_fp8_cast(uint8_t *codes, float *scale, float *inv_scale, float *amax_ou
     free(own);
 }
 
+void cpu_fp8_scales_of_parts(float *scales, const float *amax_parts, int parts, int stride, fsdp_dtype t) {
+    uint32_t m = 0;
+    for (int p = 0; p < parts; p++) {
+        uint32_t b = magnitude_bits(amax_parts[(size_t)p * stride]);
+        if (b > m) m = b;
+    }
+    scales[2] = amax_of_bits(m);
+    scales[1] = fsdp_fp8_scale(scales[2], fsdp_dtype_info_of(t)->max_finite, 0);
+    scales[0] = 1.0f / scales[1];
+}
+
+void cpu_fp8_unpack(uint8_t *codes, uint8_t *codes_t, float *unit, int round_bf16, const uint8_t *pieces,
+                    size_t piece_bytes, size_t count, const fsdp_fp8_matrix *m, fsdp_dtype t, float inv_scale) {
+    float table[256];
+    for (int c = 0; c < 256; c++) table[c] = fsdp_decode_code(t, (uint8_t)c) * inv_scale;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < m->rows; r++) {
+        for (int c = 0; c < m->cols; c++) {
+            const size_t i = (size_t)r * m->cols + c, g = (size_t)m->offset + i;
+            const uint8_t code = pieces[(g / count) * piece_bytes + g % count];
+            codes[i] = code;
+            codes_t[(size_t)c * m->rows + r] = code;
+            unit[g] = round_bf16 ? fsdp_round_bf16(table[code]) : table[code];
+        }
+    }
+}
+
 /* Decoded codes (without their scales): fp8 values are exact in fp32. */
 static float *decode_all(const uint8_t *codes, fsdp_dtype t, size_t n) {
     float table[256];
@@ -152,30 +179,33 @@ static void operand_free(operand *o) {
 
 void cpu_fp8_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                             const float *residual, int N, int C, int OC, int relu, const fsdp_fp8_recipe *r,
-                            fsdp_fp8_amax amax) {
+                            fsdp_fp8_amax amax, const fsdp_fp8_weight *w8) {
     const int rw = r->granularity == FSDP_FP8_ROWWISE;
     float *keep = rw ? NULL : amax.saved;
     const float *known = rw ? NULL : amax.inp;
     if (keep && known && known != keep) keep[0] = known[0];
     operand x = cast_operand(inp, N, C, 0, rw, FSDP_E4M3, r->pow2_scales, known, known ? NULL : keep);
-    operand w = cast_operand(weight, OC, C, 0, rw, FSDP_E4M3, r->pow2_scales, NULL, keep ? keep + 1 : NULL);
+    operand w = {NULL, NULL, NULL};
+    if (!w8) w = cast_operand(weight, OC, C, 0, rw, FSDP_E4M3, r->pow2_scales, NULL, keep ? keep + 1 : NULL);
+    else if (keep) keep[1] = w8->scales[2];
     if (residual && residual != out) memcpy(out, residual, (size_t)N * OC * sizeof(float));
-    cpu_fp8_product(out, x.codes, FSDP_E4M3, x.inv, rw, w.codes, FSDP_E4M3, w.inv, rw, N, OC, C, bias,
-                    residual ? 1.0f : 0.0f, relu);
+    cpu_fp8_product(out, x.codes, FSDP_E4M3, x.inv, rw, w8 ? w8->codes : w.codes, FSDP_E4M3,
+                    w8 ? w8->scales : w.inv, rw, N, OC, C, bias, residual ? 1.0f : 0.0f, relu);
     operand_free(&x);
     operand_free(&w);
 }
 
 void cpu_fp8_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, int N, int C, int OC, const fsdp_fp8_recipe *r,
-                             fsdp_fp8_amax amax) {
+                             fsdp_fp8_amax amax, const fsdp_fp8_weight *w8) {
     const int rw = r->granularity == FSDP_FP8_ROWWISE, p2 = r->pow2_scales;
     const float *kept = rw ? NULL : amax.saved, *dy_amax = rw ? NULL : amax.dout;
     if (dinp) { /* dx[N, C] = dy[N, OC] . (W^T)[C, OC]^T */
         operand dy = cast_operand(dout, N, OC, 0, rw, r->grad_t, p2, dy_amax, NULL);
-        operand wt = cast_operand(weight, OC, C, 1, rw, FSDP_E4M3, p2, kept ? kept + 1 : NULL, NULL);
-        cpu_fp8_product(dinp, dy.codes, r->grad_t, dy.inv, rw, wt.codes, FSDP_E4M3, wt.inv, rw, N, C, OC, NULL,
-                        0.0f, 0);
+        operand wt = {NULL, NULL, NULL};
+        if (!w8) wt = cast_operand(weight, OC, C, 1, rw, FSDP_E4M3, p2, kept ? kept + 1 : NULL, NULL);
+        cpu_fp8_product(dinp, dy.codes, r->grad_t, dy.inv, rw, w8 ? w8->codes_t : wt.codes, FSDP_E4M3,
+                        w8 ? w8->scales : wt.inv, rw, N, C, OC, NULL, 0.0f, 0);
         operand_free(&dy);
         operand_free(&wt);
     }

@@ -19,6 +19,7 @@
  *    can also be written untransposed (fsdp_cuda_fp8_cast_both: dy for both gradient products from
  *    one amax pass and one cast pass). */
 #include <cuda_fp8.h>
+#include <limits.h>
 
 #include "../fp8.h"
 #include "../fp8_cuda.h"
@@ -125,6 +126,17 @@ static void amax_rows_cols(unsigned *rows, unsigned *cols, const void *x, int bf
     if (grid.y > 65535u) fsdp_fatal("internal error: an FP8 amax over %d rows (at most %d)", R, 65535 * COL_AMAX_ROWS);
     k<<<grid, FP8_THREADS, 0, s>>>(rows, cols, x, R, Cc);
     fsdp_cuda_check_launch("fp8 amax_rows_cols");
+}
+
+/* Launches the tensorwise amax over n elements of x into amax (bits, zeroed before). */
+static void amax_tensor(unsigned *amax, const void *x, int bf16, size_t n, cudaStream_t s) {
+    const int vec = n % 8 == 0 && fsdp_cuda_aligned16(x);
+    void (*k)(unsigned *, const void *, size_t) =
+        bf16 ? (vec ? amax_tensor_bf16_vec : amax_tensor_bf16) : (vec ? amax_tensor_f32_vec : amax_tensor_f32);
+    unsigned grid = fsdp_cuda_grid(vec ? n / 8 : n, FP8_THREADS);
+    if (grid > 4096) grid = 4096; /* a few waves; the grid-stride loop does the rest */
+    k<<<grid, FP8_THREADS, 0, s>>>(amax, x, n);
+    fsdp_cuda_check_launch("fp8 amax_tensor");
 }
 
 /* ---- casts ----------------------------------------------------------------------------------------- */
@@ -305,13 +317,7 @@ void fsdp_cuda_fp8_cast(uint8_t *codes, float *scale, float *inv_scale, float *a
         if (rowwise) {
             amax_rows_cols(NULL, (unsigned *)amax_out, src, bf16, R, Cc, s);
         } else {
-            const int vec = n % 8 == 0 && fsdp_cuda_aligned16(src);
-            void (*k)(unsigned *, const void *, size_t) =
-                bf16 ? (vec ? amax_tensor_bf16_vec : amax_tensor_bf16) : (vec ? amax_tensor_f32_vec : amax_tensor_f32);
-            unsigned grid = fsdp_cuda_grid(vec ? n / 8 : n, FP8_THREADS);
-            if (grid > 4096) grid = 4096; /* a few waves; the grid-stride loop does the rest */
-            k<<<grid, FP8_THREADS, 0, s>>>((unsigned *)amax_out, src, n);
-            fsdp_cuda_check_launch("fp8 amax_tensor");
+            amax_tensor((unsigned *)amax_out, src, bf16, n, s);
         }
     }
     if (!transpose) {
@@ -354,13 +360,7 @@ void fsdp_cuda_fp8_cast_both(uint8_t *codes, float *scale, float *inv_scale, flo
     } else if (rowwise) {
         amax_rows_cols((unsigned *)amax, (unsigned *)amax_t, src, bf16, R, Cc, s);
     } else {
-        const int vec = n % 8 == 0 && fsdp_cuda_aligned16(src);
-        void (*k)(unsigned *, const void *, size_t) =
-            bf16 ? (vec ? amax_tensor_bf16_vec : amax_tensor_bf16) : (vec ? amax_tensor_f32_vec : amax_tensor_f32);
-        unsigned grid = fsdp_cuda_grid(vec ? n / 8 : n, FP8_THREADS);
-        if (grid > 4096) grid = 4096;
-        k<<<grid, FP8_THREADS, 0, s>>>((unsigned *)amax, src, n);
-        fsdp_cuda_check_launch("fp8 amax_tensor");
+        amax_tensor((unsigned *)amax, src, bf16, n, s);
         e = cudaMemcpyAsync(amax_t, amax, sizeof(float), cudaMemcpyDeviceToDevice, s);
         if (e != cudaSuccess) fsdp_fatal("fp8 cast_both: cudaMemcpyAsync of the amax: %s", cudaGetErrorString(e));
     }
@@ -407,4 +407,153 @@ void fsdp_cuda_fp8_scale_epilogue(void *out, fsdp_dtype out_t, const float *acc,
     (out_t == FSDP_BF16 ? epilogue_bf16 : epilogue_f32)<<<grid, FP8_THREADS, 0, s>>>(
         out, acc, inv_a, a_rowwise, inv_b, b_rowwise, R, Cn, bias, addend, relu);
     fsdp_cuda_check_launch("fp8 scale_epilogue");
+}
+
+/* ---- product weights cast once per gather (../fp8.h) ----------------------------------------------- */
+
+void fsdp_cuda_fp8_amax(float *amax, const void *src, fsdp_dtype src_t, size_t n, cudaStream_t s) {
+    check_dtypes(src_t, FSDP_E4M3);
+    cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s);
+    if (e != cudaSuccess) fsdp_fatal("kernel fp8 amax failed to launch: cudaMemsetAsync: %s", cudaGetErrorString(e));
+    if (n > 0) amax_tensor((unsigned *)amax, src, src_t == FSDP_BF16, n, s);
+}
+
+/* One thread: the parts' largest amax (as bits, so a NaN wins), then the scale and its inverse. */
+static __global__ void scales_of_parts(float *scales, const float *parts, int n, int stride, float fp8_max) {
+    unsigned m = 0u;
+    for (int p = 0; p < n; p++) m = max(m, amax_bits(parts[(size_t)p * stride]));
+    const float amax = __uint_as_float(m > 0x7f800000u ? 0x7fc00000u : m);
+    const float scale = fsdp_fp8_scale(amax, fp8_max, 0);
+    scales[0] = __fdiv_rn(1.0f, scale), scales[1] = scale, scales[2] = amax;
+}
+
+void fsdp_cuda_fp8_scales_of_parts(float *scales, const float *amax_parts, int parts, int stride, fsdp_dtype t,
+                                   cudaStream_t s) {
+    check_dtypes(FSDP_F32, t);
+    scales_of_parts<<<1, 1, 0, s>>>(scales, amax_parts, parts, stride, t == FSDP_E4M3 ? 448.0f : 57344.0f);
+    fsdp_cuda_check_launch("fp8 scales_of_parts");
+}
+
+void fsdp_cuda_fp8_encode(uint8_t *codes, float *scales, const void *src, fsdp_dtype src_t, size_t n, fsdp_dtype t,
+                          cudaStream_t s) {
+    if (n > (size_t)INT_MAX) fsdp_fatal("internal error: an FP8 encode of %zu elements (at most %d)", n, INT_MAX);
+    fsdp_cuda_fp8_cast(codes, scales + 1, scales, NULL, src, src_t, 1, (int)n, 0, 0, t, 0, scales + 2, s);
+}
+
+/* The scalar form, for any layout: 32 x 32 tiles of the weight, 8 rows of threads; each element read once
+ * from its piece, written as W, as its value in the unit, and through shared memory as W^T. */
+#define UNPACK_TILE 32
+#define UNPACK_ROWS 8
+template <int BF16>
+static __global__ void __launch_bounds__(UNPACK_TILE *UNPACK_ROWS)
+    unpack_weight(uint8_t *codes, uint8_t *codes_t, void *unit, const uint8_t *pieces, size_t piece_bytes, size_t count,
+                  fsdp_fp8_matrix m, int t, const float *scales) {
+    __shared__ uint8_t tile[UNPACK_TILE][UNPACK_TILE + 4];
+    const float inv = scales[0];
+    const int c = blockIdx.x * UNPACK_TILE + threadIdx.x;
+    for (int k = threadIdx.y; k < UNPACK_TILE; k += UNPACK_ROWS) {
+        const int r = blockIdx.y * UNPACK_TILE + k;
+        if (r < m.rows && c < m.cols) {
+            const size_t i = (size_t)r * m.cols + c, g = (size_t)m.offset + i;
+            const uint8_t code = pieces[(g / count) * piece_bytes + g % count];
+            codes[i] = code;
+            tile[k][threadIdx.x] = code;
+            const float v = __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)code, fp8_kind(t))));
+            st1(unit, g, BF16, __fmul_rn(v, inv));
+        }
+    }
+    __syncthreads();
+    const int r = blockIdx.y * UNPACK_TILE + threadIdx.x; /* the column of W^T this thread writes */
+    for (int k = threadIdx.y; k < UNPACK_TILE; k += UNPACK_ROWS) {
+        const int cc = blockIdx.x * UNPACK_TILE + k;
+        if (r < m.rows && cc < m.cols) codes_t[(size_t)cc * m.rows + r] = tile[threadIdx.x][k];
+    }
+}
+
+/* The vector form, where every run of 4 elements lies in one piece and every address is aligned to its
+ * 4 elements (the FP8 products' shapes, multiples of 16, and the engine's pieces, multiples of 64): 64 x 64
+ * tiles, 16 x 16 threads, 4 codes a thread (one 32-bit load, one store of W, one of W^T, and the 4 values
+ * in one 8- or 16-byte store); 32-bit element indices (a unit under 2^32 elements). */
+#define UNPACK_VTILE 64
+template <int BF16>
+static __global__ void __launch_bounds__(256)
+    unpack_weight_vec(uint8_t *codes, uint8_t *codes_t, void *unit, const uint8_t *pieces, unsigned piece_bytes,
+                      unsigned count, fsdp_fp8_matrix m, int t, const float *scales) {
+    __shared__ uint32_t tile[UNPACK_VTILE][UNPACK_VTILE / 4 + 1]; /* 4 codes a word, a padding word a row */
+    const float inv = scales[0];
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int c = blockIdx.x * UNPACK_VTILE + tx * 4;
+    const unsigned off = (unsigned)m.offset, cols = (unsigned)m.cols;
+    for (int k = ty; k < UNPACK_VTILE; k += 16) {
+        const int r = blockIdx.y * UNPACK_VTILE + k;
+        if (r >= m.rows || c >= m.cols) continue;
+        const unsigned i = (unsigned)r * cols + (unsigned)c, g = off + i, p = g / count;
+        const uint32_t w = *(const uint32_t *)(pieces + (size_t)p * piece_bytes + (g - p * count));
+        *(uint32_t *)(codes + i) = w;
+        tile[k][tx] = w;
+        const __nv_fp8_interpretation_t kind = fp8_kind(t);
+        const float2 a = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), kind)));
+        const float2 b = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), kind)));
+        const float v0 = __fmul_rn(a.x, inv), v1 = __fmul_rn(a.y, inv), v2 = __fmul_rn(b.x, inv),
+                    v3 = __fmul_rn(b.y, inv);
+        if (BF16) {
+            __nv_bfloat162 lo = __floats2bfloat162_rn(v0, v1), hi = __floats2bfloat162_rn(v2, v3);
+            uint2 out;
+            out.x = *(const unsigned *)&lo, out.y = *(const unsigned *)&hi;
+            *(uint2 *)((__nv_bfloat16 *)unit + g) = out;
+        } else {
+            *(float4 *)((float *)unit + g) = make_float4(v0, v1, v2, v3);
+        }
+    }
+    __syncthreads();
+    /* W^T's row cc (W's column) from the tile's column: 4 rows of W a thread, one 32-bit store. */
+    const int r4 = blockIdx.y * UNPACK_VTILE + tx * 4;
+    for (int k = ty; k < UNPACK_VTILE; k += 16) {
+        const int cc = blockIdx.x * UNPACK_VTILE + k;
+        if (r4 >= m.rows || cc >= m.cols) continue;
+        const int word = k >> 2, shift = (k & 3) * 8;
+        uint32_t w = 0;
+#pragma unroll
+        for (int q = 0; q < 4; q++) w |= ((tile[tx * 4 + q][word] >> shift) & 0xffu) << (8 * q);
+        *(uint32_t *)(codes_t + (size_t)cc * m.rows + r4) = w;
+    }
+}
+
+void fsdp_cuda_fp8_unpack(uint8_t *codes, uint8_t *codes_t, void *unit, fsdp_dtype unit_t, const void *pieces,
+                          size_t piece_bytes, size_t count, const fsdp_fp8_matrix *m, fsdp_dtype t, const float *scales,
+                          cudaStream_t s) {
+    if ((unit_t != FSDP_BF16 && unit_t != FSDP_F32) || (t != FSDP_E4M3 && t != FSDP_E5M2))
+        fsdp_fatal("internal error: an FP8 unpack of %s codes into %s", fsdp_dtype_name(t), fsdp_dtype_name(unit_t));
+    if (m->rows <= 0 || m->cols <= 0) return;
+    const int bf16 = unit_t == FSDP_BF16;
+    const size_t end = (size_t)m->offset + (size_t)m->rows * (size_t)m->cols;
+    const int vec = m->rows % 4 == 0 && m->cols % 4 == 0 && m->offset % 4 == 0 && count % 4 == 0 &&
+                    piece_bytes % 4 == 0 && end <= UINT_MAX && (size_t)count * 2 <= UINT_MAX &&
+                    piece_bytes <= UINT_MAX && ((uintptr_t)codes & 3u) == 0 && ((uintptr_t)codes_t & 3u) == 0 &&
+                    ((uintptr_t)pieces & 3u) == 0 && fsdp_cuda_aligned16(unit);
+    if (vec) {
+        dim3 grid((unsigned)fsdp_cuda_ceil_div(m->cols, UNPACK_VTILE),
+                  (unsigned)fsdp_cuda_ceil_div(m->rows, UNPACK_VTILE));
+        if (grid.y > 65535u)
+            fsdp_fatal("internal error: an FP8 unpack of %d rows (at most %d)", m->rows, 65535 * UNPACK_VTILE);
+        if (bf16)
+            unpack_weight_vec<1><<<grid, 256, 0, s>>>(codes, codes_t, unit, (const uint8_t *)pieces,
+                                                      (unsigned)piece_bytes, (unsigned)count, *m, (int)t, scales);
+        else
+            unpack_weight_vec<0><<<grid, 256, 0, s>>>(codes, codes_t, unit, (const uint8_t *)pieces,
+                                                      (unsigned)piece_bytes, (unsigned)count, *m, (int)t, scales);
+        fsdp_cuda_check_launch("fp8 unpack_vec");
+        return;
+    }
+    dim3 grid((unsigned)fsdp_cuda_ceil_div(m->cols, UNPACK_TILE), (unsigned)fsdp_cuda_ceil_div(m->rows, UNPACK_TILE));
+    if (grid.y > 65535u)
+        fsdp_fatal("internal error: an FP8 unpack of %d rows (at most %d)", m->rows, 65535 * UNPACK_TILE);
+    dim3 block(UNPACK_TILE, UNPACK_ROWS);
+    if (bf16)
+        unpack_weight<1><<<grid, block, 0, s>>>(codes, codes_t, unit, (const uint8_t *)pieces, piece_bytes, count, *m,
+                                                (int)t, scales);
+    else
+        unpack_weight<0><<<grid, block, 0, s>>>(codes, codes_t, unit, (const uint8_t *)pieces, piece_bytes, count, *m,
+                                                (int)t, scales);
+    fsdp_cuda_check_launch("fp8 unpack");
 }
