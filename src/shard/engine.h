@@ -54,8 +54,8 @@
  *    With fp8_weights (tensorwise FP8 products; torchao's float8 all-gather), the units' FP8 weights
  *    (fsdp_unit_spec.fp8_matrices) are encoded with one scale per weight instead of their blocks'
  *    (src/kernels/fp8.h): after the update each rank measures the amax of its part of every weight,
- *    the amaxes are all-gathered (a few floats per unit, on the compute stream), and every rank encodes
- *    its part with the scale of their maximum. Each gather then also unpacks every weight's codes as W
+ *    the amaxes of all units are all-gathered once the update is done (4 floats a unit, on the compute
+ *    stream), and every rank encodes its part with the scale of their maximum. Each gather then also unpacks every weight's codes as W
  *    and W^T beside the unit's slot, which the products read as they are (fsdp_engine_fp8_weights):
  *    no product casts a weight, and the weights are rounded to FP8 once, from the master weights.
  *    A forward-only engine has none (it has no communicator on the compute stream).

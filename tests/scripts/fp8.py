@@ -11,6 +11,7 @@
 - the metrics summary and the run line say the recipe;
 - FP8 weights gathered as codes (--gather-dtype fp8 with tensorwise products) on FULL, SHARD_GRAD_OP and FULL
   with hpZ train within 3e-3 of exact gathers (fp8 gathers' own noise here), and the run line says so;
+  `fsdp plan` counts their codes and scales to the byte, and none for rowwise products or int8 gathers;
 - refused in one line: a model whose intermediate size is not a multiple of 16, a micro-batch of 12
   tokens, and a value that is not a recipe.
 """
@@ -123,6 +124,27 @@ for extra in (["--fp8", "rowwise", "--gather-dtype", "fp8"], ["--fp8", "tensorwi
     out = train(2, "2-FULL-" + "-".join(extra[1::2]), extra + ["--strategy", "FULL"])[2]
     t.check("| fp8 " in out and "gathered as e4m3 codes" not in out,
             "%s: the products cast their weights from the gathered units" % " ".join(extra))
+
+# fsdp plan counts the codes beside each gathered slot and the scales to the byte: Llama-3.2-1B on 8 GPUs, whose
+# blocks' four weights (q|k|v [3072, 2048], o [2048, 2048], gate|up [16384, 2048], down [2048, 8192]) take W and
+# W^T a slot, in the ring of the blocks (the EMBED and HEAD rings hold one slot each), and every unit's scales
+# (64 floats a weight) with the amaxes exchanged (4 floats a unit, for this rank and the 8).
+def plan(extra):
+    rc, out, _ = t.run(1, ["plan", "--model", "llama-3.2-1b", "--gpus", "8", "--device", "cuda", "--mbs", "4",
+                           "--json"] + extra)
+    return json.loads(out)
+
+
+weights = 3072 * 2048 + 2048 * 2048 + 16384 * 2048 + 2048 * 8192
+p = plan(["--fp8", "tensorwise", "--gather-dtype", "fp8"])
+units = 16 + 2
+scales = units * (64 + 1 + 8) * 4 * 4
+want = 2 * weights * (p["gathered_slots"] - 2) + (scales + 255) // 256 * 256
+t.check(p["bytes"]["fp8_weights"] == want, "plan --fp8 tensorwise --gather-dtype fp8: FP8 weights %d bytes (plan: %d)"
+        % (want, p["bytes"]["fp8_weights"]))
+for extra in (["--fp8", "rowwise", "--gather-dtype", "fp8"], ["--fp8", "tensorwise", "--gather-dtype", "int8"],
+              ["--fp8", "tensorwise"]):
+    t.check(plan(extra)["bytes"]["fp8_weights"] == 0, "plan %s: no FP8 weights beside the slots" % " ".join(extra))
 
 # refusals: one line, non-zero exit
 for args, expect, what in (
