@@ -10,7 +10,6 @@
  * their own scale, so that whatever else reads the unit in the compute dtype (hpZ's secondary copy,
  * a backward gathered inside the node) reads the same weights the products do. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "../base/error.h"
 #include "engine_internal.h"
@@ -19,13 +18,18 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 static size_t matrix_codes(const fsdp_fp8_matrix *m) { return align256((size_t)m->rows * (size_t)m->cols); }
 
+/* W's and W^T's codes of n weights, each 256-byte aligned. */
+static size_t weights_codes(const fsdp_fp8_matrix *m, int n) {
+    size_t b = 0;
+    for (int j = 0; j < n; j++) b += 2 * matrix_codes(&m[j]);
+    return b;
+}
+
 size_t fsdp_plan_fp8_slot_bytes(const fsdp_unit_spec *units, int num_units, const int *which, int ring) {
     size_t most = 0;
     for (int u = 0; u < num_units; u++) {
-        if (which[u] != ring) continue;
-        size_t b = 0;
-        for (int j = 0; j < units[u].num_fp8_matrices; j++) b += 2 * matrix_codes(&units[u].fp8_matrices[j]);
-        if (b > most) most = b;
+        size_t b = weights_codes(units[u].fp8_matrices, units[u].num_fp8_matrices);
+        if (which[u] == ring && b > most) most = b;
     }
     return most;
 }
@@ -38,23 +42,17 @@ size_t fsdp_plan_fp8_scale_bytes(int num_units, int shard_size) {
 void engine_alloc_fp8_weights(fsdp_engine *e) {
     if (!e->mode.fp8_weights) return;
     fsdp_backend *be = e->be;
-    fsdp_unit_spec *specs = fsdp_xcalloc((size_t)e->num_units, sizeof *specs, "unit specs");
-    int *which = fsdp_xmalloc((size_t)e->num_units * sizeof(int), "unit rings");
-    for (int u = 0; u < e->num_units; u++) {
-        specs[u].num_fp8_matrices = e->units[u].num_fp8;
-        memcpy(specs[u].fp8_matrices, e->units[u].fp8, sizeof specs[u].fp8_matrices);
-        which[u] = e->units[u].param_ring;
-    }
     e->fp8_codes = fsdp_xcalloc((size_t)e->num_param_rings, sizeof *e->fp8_codes, "FP8 weight codes");
     e->fp8_slot_bytes = fsdp_xcalloc((size_t)e->num_param_rings, sizeof *e->fp8_slot_bytes, "FP8 weight codes");
-    for (int r = 0; r < e->num_param_rings; r++) {
-        e->fp8_slot_bytes[r] = fsdp_plan_fp8_slot_bytes(specs, e->num_units, which, r);
+    /* A slot holds the most any unit of its ring needs, as fsdp_plan_fp8_slot_bytes counts it. */
+    for (int u = 0; u < e->num_units; u++) {
+        size_t *slot = &e->fp8_slot_bytes[e->units[u].param_ring], b = weights_codes(e->units[u].fp8, e->units[u].num_fp8);
+        if (b > *slot) *slot = b;
+    }
+    for (int r = 0; r < e->num_param_rings; r++)
         if (e->fp8_slot_bytes[r])
             e->fp8_codes[r] = be->runtime->alloc(be, (size_t)e->param_rings[r].capacity * e->fp8_slot_bytes[r],
                                                  "FP8 weights of the gathered units");
-    }
-    free(specs);
-    free(which);
     const size_t scales = fsdp_plan_fp8_scale_bytes(e->num_units, e->shard_size);
     e->fp8_scales = be->runtime->alloc(be, scales, "FP8 weight scales");
     be->runtime->zero(be, e->fp8_scales, scales, be->compute);

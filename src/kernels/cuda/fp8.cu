@@ -528,7 +528,7 @@ void fsdp_cuda_fp8_unpack(uint8_t *codes, uint8_t *codes_t, void *unit, fsdp_dty
     const int bf16 = unit_t == FSDP_BF16;
     const size_t end = (size_t)m->offset + (size_t)m->rows * (size_t)m->cols;
     const int vec = m->rows % 4 == 0 && m->cols % 4 == 0 && m->offset % 4 == 0 && count % 4 == 0 &&
-                    piece_bytes % 4 == 0 && end <= UINT_MAX && (size_t)count * 2 <= UINT_MAX &&
+                    piece_bytes % 4 == 0 && end <= UINT_MAX && count <= UINT_MAX &&
                     piece_bytes <= UINT_MAX && ((uintptr_t)codes & 3u) == 0 && ((uintptr_t)codes_t & 3u) == 0 &&
                     ((uintptr_t)pieces & 3u) == 0 && fsdp_cuda_aligned16(unit);
     if (vec) {
